@@ -1,0 +1,12 @@
+"""Reading, plotting and comparing p2pfl run folders (layout: docs/CONVENTIONS.md).
+
+- ``load_run(path)``: a run folder as a ``Run`` (works on runs still in progress);
+- ``plot_run(run)``: its plots into ``<run>/plots/``;
+- ``delta_percent(method, local)``: FedMuscle's per-peer Δ% against local training (SPEC §6);
+- ``python -m analysis.report RUN_DIR ...``: the markdown comparison report.
+"""
+from .plots import plot_run
+from .delta import Delta, delta_percent, lower_is_better
+from .runs import Run, RunFolderError, load_run
+
+__all__ = ["Run", "RunFolderError", "load_run", "plot_run", "Delta", "delta_percent", "lower_is_better"]

@@ -1,0 +1,243 @@
+"""Compare runs in a markdown report, with FedMuscle's per-peer Δ% against local training.
+
+    python -m analysis.report RUN_DIR [RUN_DIR ...] [--out report.md] [--baseline LOCAL_RUN_DIR] [--no-plots]
+
+Rebuilds each run's plots, prints one markdown table with a row per run (algorithm, topology, peers,
+partition, rounds, final eval metrics, bytes sent per peer per round, wall time) and writes it to --out.
+When a ``local`` run with the same peers is available (``--baseline``, or among the RUN_DIRs), every other
+run also gets the per-peer table of SPEC §6 / FedMuscle Table 1:
+Δ_n = (M_n − M_n^local) / M_n^local × 100, sign flipped for lower-is-better metrics, and the mean Δ.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from .delta import Delta, delta_percent, lower_is_better
+from .runs import Run, RunFolderError, is_number, load_run
+
+__all__ = [
+    "Delta",
+    "delta_percent",
+    "lower_is_better",
+    "runs_table",
+    "delta_table",
+    "build_report",
+    "main",
+]
+
+LOCAL = "local"
+
+
+# ----- formatting ------------------------------------------------------------------------------------------------
+def _fmt(value: float | None, digits: int = 4) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    return f"{value:.{digits}g}"
+
+
+def _fmt_bytes(value: float | None) -> str:
+    if value is None:
+        return "–"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return "–"  # unreachable
+
+
+def _fmt_pct(value: float) -> str:
+    return "nan" if math.isnan(value) else f"{value:+.2f}%"
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |",
+             "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def runs_table(runs: Sequence[Run]) -> str:
+    """The comparison table: one row per run, a column per eval metric any run reports (final values)."""
+    metric_names: list[str] = []
+    for run in runs:
+        for name in run.final_metrics():
+            if name not in metric_names:
+                metric_names.append(name)
+    header = ["run", "algorithm", "topology", "peers", "partition", "rounds", *metric_names,
+              "bytes sent/peer/round", "wall time (s)"]
+    rows = []
+    for run in runs:
+        done, planned = run.rounds_done, run.planned_rounds
+        rounds = f"{done}/{planned}" if planned is not None and planned != done else str(done)
+        final = run.final_metrics()
+        wall = run.wall_time_s()
+        rows.append([
+            run.name, run.algorithm or "?", run.topology_name or "?",
+            str(run.num_peers) if run.num_peers is not None else "?", run.partition_label or "–", rounds,
+            *[_fmt(final.get(name)) for name in metric_names],
+            _fmt_bytes(run.bytes_sent_per_peer_round()), "–" if wall is None else f"{wall:.1f}",
+        ])
+    return _md_table(header, rows)
+
+
+# ----- Δ% against local training ---------------------------------------------------------------------------------
+def _peer_task_metrics(run: Run) -> dict[str, tuple[float, str]]:
+    """peer → (task metric value, metric name) from the last per-peer evaluation."""
+    per_peer = run.final_per_peer() or {}
+    spec = {str(s.get("peer")): s for s in (run.peers_spec or [])}
+    out: dict[str, tuple[float, str]] = {}
+    for peer, record in per_peer.items():
+        if is_number(record.get("task_metric")):
+            value = float(record["task_metric"])
+            name = next((str(record[k]) for k in ("task_metric_name", "metric_name", "metric")
+                         if isinstance(record.get(k), str)), None)
+            if name is None:
+                s = spec.get(peer, {})
+                name = next((str(s[k]) for k in ("metric", "task_metric", "metric_name")
+                             if isinstance(s.get(k), str)), "task_metric")
+        elif is_number(record.get("accuracy")):
+            value, name = float(record["accuracy"]), "accuracy"
+        else:
+            continue
+        out[peer] = (value, name)
+    return out
+
+
+def same_peers(a: Run, b: Run) -> bool:
+    """Whether two runs have the same peers: the same (model, task) per peer when both record peers_spec,
+    else the same number of peers."""
+    sa, sb = a.peers_spec, b.peers_spec
+    if sa is not None and sb is not None:
+        def key(spec: list[dict]) -> list[tuple[str, str, str]]:
+            return [(str(s.get("peer")), str(s.get("model")), str(s.get("task"))) for s in spec]
+        return key(sa) == key(sb)
+    return a.num_peers is not None and a.num_peers == b.num_peers
+
+
+def delta_table(run: Run, local: Run) -> tuple[str, Delta] | None:
+    """Per-peer table (peer, model, task, local, method, Δ%) and the Δ of ``run`` against ``local``, or None
+    when they share no peer with a task metric."""
+    method_m = _peer_task_metrics(run)
+    local_m = _peer_task_metrics(local)
+    peers = [p for p in method_m if p in local_m]
+    if not peers:
+        return None
+    flags = {p: lower_is_better(method_m[p][1]) for p in peers}
+    delta = delta_percent({p: method_m[p][0] for p in peers}, {p: local_m[p][0] for p in peers}, flags)
+    spec = {str(s.get("peer")): s for s in (run.peers_spec or local.peers_spec or [])}
+    algo = run.algorithm or "method"
+    header = ["peer", "model", "task", "metric", "local", algo, "Δ%"]
+    rows = []
+    for peer in delta.per_peer:
+        s = spec.get(peer, {})
+        rows.append([peer, str(s.get("model", "–")), str(s.get("task", "–")), method_m[peer][1],
+                     _fmt(local_m[peer][0]), _fmt(method_m[peer][0]), _fmt_pct(delta.per_peer[peer])])
+    rows.append(["mean", "", "", "", "", "", _fmt_pct(delta.mean)])
+    return _md_table(header, rows), delta
+
+
+# ----- the report --------------------------------------------------------------------------------------------------
+def build_report(runs: Sequence[Run], baseline: Run | None = None, out_path: Path | None = None,
+                 plots: dict[str, list[Path]] | None = None) -> str:
+    """The markdown report: the runs table, then Δ% tables for runs with a matching local baseline."""
+    shown = list(runs) + ([baseline] if baseline is not None and all(r.path != baseline.path for r in runs) else [])
+    parts = ["# p2pfl run report", "", runs_table(shown), ""]
+
+    locals_ = [baseline] if baseline is not None else [r for r in runs if r.algorithm == LOCAL]
+    notes: list[str] = []
+    if baseline is not None and baseline.algorithm not in (None, LOCAL):
+        notes.append(f"note: baseline {baseline.name} has algorithm {baseline.algorithm!r}, not {LOCAL!r}")
+    for run in runs:
+        if run.algorithm == LOCAL or (baseline is not None and run.path == baseline.path):
+            continue
+        match = next((loc for loc in locals_ if same_peers(run, loc)), None)
+        if match is None:
+            if baseline is not None:
+                notes.append(f"note: no Δ% for {run.name}: its peers differ from baseline {baseline.name}")
+            continue
+        result = delta_table(run, match)
+        if result is None:
+            notes.append(f"note: no Δ% for {run.name}: no per-peer task metric shared with {match.name}")
+            continue
+        table, delta = result
+        parts += [f"## Δ% of {run.name} against local training ({match.name})", "", table, "",
+                  f"mean Δ = {_fmt_pct(delta.mean)}", ""]
+    if notes:
+        parts += [*notes, ""]
+
+    if plots:
+        parts += ["## Plots", ""]
+        base = out_path.resolve().parent if out_path is not None else Path.cwd()
+        for name, files in plots.items():
+            if files:
+                links = ", ".join(f"[{f.stem}]({Path(os.path.relpath(f.resolve(), base)).as_posix()})"
+                                  for f in files)
+                parts.append(f"- {name}: {links}")
+        parts.append("")
+    return "\n".join(parts)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry: rebuild plots, print the report and write it to --out."""
+    parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders to compare")
+    parser.add_argument("--out", default="report.md", help="markdown file to write (default: report.md)")
+    parser.add_argument("--baseline", metavar="LOCAL_RUN_DIR",
+                        help="a 'local' run with the same peers, for the per-peer Δ%% table")
+    parser.add_argument("--no-plots", action="store_true", help="do not rebuild the runs' plots")
+    args = parser.parse_args(argv)
+
+    try:
+        runs = [load_run(p) for p in args.runs]
+        baseline = load_run(args.baseline) if args.baseline else None
+    except RunFolderError as exc:
+        print(f"analysis.report: {exc}", file=sys.stderr)
+        return 2
+
+    plots: dict[str, list[Path]] = {}
+    if not args.no_plots:
+        from .plots import plot_run
+
+        for run in runs + ([baseline] if baseline is not None else []):
+            try:
+                plots[run.name] = plot_run(run)
+            except Exception as exc:  # a broken plot must not lose the report
+                print(f"analysis.report: plots of {run.name} failed: {type(exc).__name__}: {exc}",
+                      file=sys.stderr)
+
+    out = Path(args.out)
+    text = build_report(runs, baseline, out_path=out, plots=plots)
+    print(text)
+    _write_atomic(out, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""The wire: every peer sends one buffer to each neighbour and receives one from each, along graph edges only.
+
+Co-located peers hand each other their tensors through memory. Peers on other ranks exchange over an MPI
+distributed-graph communicator that links exactly the ranks hosting adjacent peers. A message is one contiguous
+buffer (a flattened parameter vector or a representation matrix), never pickled; a buffer that a rank sends to
+several peers on the same remote rank travels once. Buffers larger than `chunk_bytes` travel in chunks, so
+vectors over 2 GiB work. GPU tensors are staged through pinned host memory unless MPI is CUDA-aware.
+
+Matching is by order: for each pair of ranks, both sides list the (sending peer) messages in ascending peer
+order, and MPI keeps messages with the same source, tag and communicator in order. The tag carries the sending
+peer and the message kind, so a missing message shows up as a wait on that very peer, never as a mismatch.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import networkx as nx
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from p2pfl.comm.placement import Placement
+from p2pfl.comm.watchdog import Watchdog
+from p2pfl.comm.world import World
+
+KINDS = {"params": 1, "reps": 2, "control": 3, "test": 4}
+_PEER_TAG_SPAN = 4096
+
+
+class ExchangeTimeout(RuntimeError):
+    """A receive waited longer than the timeout."""
+
+
+@dataclass
+class CommStats:
+    """Counters of one rank: wire bytes per neighbour rank, logical bytes per peer, seconds spent."""
+
+    wire_sent: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    wire_recv: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    peer_sent: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    peer_recv: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    time_comm_s: float = 0.0
+    time_wait_s: float = 0.0
+
+    def snapshot(self) -> dict:
+        return {"wire_sent": dict(self.wire_sent), "wire_recv": dict(self.wire_recv),
+                "peer_sent": dict(self.peer_sent), "peer_recv": dict(self.peer_recv),
+                "time_comm_s": self.time_comm_s, "time_wait_s": self.time_wait_s}
+
+
+def _tag(peer: int, kind: str) -> int:
+    return (peer % _PEER_TAG_SPAN) * 8 + KINDS[kind]
+
+
+class Exchange:
+    """Neighbour exchange for the peers hosted by this rank."""
+
+    def __init__(self, world: World, graph: nx.Graph, placement: Placement, timeout: float,
+                 chunk_bytes: int = 1 << 30, cuda_aware: bool = False,
+                 on_timeout: Callable[[str], None] | None = None) -> None:
+        self.world = world
+        self.placement = placement
+        self.timeout = timeout
+        self.chunk_bytes = max(1, int(chunk_bytes))
+        self.cuda_aware = cuda_aware
+        self.local_peers = placement.peers_of(world.rank)
+        self.neighbors = {p: sorted(int(q) for q in graph.neighbors(p)) for p in graph.nodes}
+        self.stats = CommStats()
+        self.silent: set[int] = set()  # testing aid: peers that send nothing
+        remote = sorted({placement.rank_of(q) for p in self.local_peers for q in self.neighbors[p]} - {world.rank})
+        self.remote_ranks = remote
+        self.comm = None
+        if world.size > 1:
+            self.comm = world.comm.Create_dist_graph_adjacent(remote, remote, reorder=False)
+        self._recv_buffers: dict[tuple, torch.Tensor] = {}
+        self._send_buffers: dict[tuple, torch.Tensor] = {}
+        self._watchdog = Watchdog(on_timeout or self._default_expire) if world.size > 1 else None
+        self._pending: list[tuple[int, int]] = []
+        self._round = 0
+
+    @staticmethod
+    def _default_expire(message: str) -> None:
+        MPI.COMM_WORLD.Abort(3)
+
+    def _plan(self, active: set[int]) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+        """Per remote rank: the local peers whose buffer goes there, and the remote peers whose buffer comes here."""
+        sends: dict[int, list[int]] = {}
+        recvs: dict[int, list[int]] = {}
+        for rank in self.remote_ranks:
+            peers = self.placement.peers_of(rank)
+            sends[rank] = [p for p in self.local_peers if p in active
+                           and any(q in active and self.placement.rank_of(q) == rank for q in self.neighbors[p])]
+            recvs[rank] = [q for q in peers if q in active
+                           and any(p in active and self.placement.rank_of(p) == self.world.rank
+                                   for p in self.neighbors[q])]
+        return sends, recvs
+
+    def _chunks(self, flat: np.ndarray) -> Iterable[np.ndarray]:
+        raw = flat.view(np.uint8)
+        for start in range(0, raw.size, self.chunk_bytes):
+            yield raw[start:start + self.chunk_bytes]
+
+    def _host_view(self, peer: int, tensor: torch.Tensor, kind: str) -> object:
+        """A buffer MPI can read for `tensor`: itself on the CPU or with CUDA-aware MPI, else pinned staging."""
+        if tensor.device.type == "cpu":
+            return tensor.contiguous().view(-1).numpy()
+        if self.cuda_aware:
+            return tensor.contiguous().view(-1)
+        key = (kind, peer, tensor.shape, tensor.dtype)
+        buf = self._send_buffers.get(key)
+        if buf is None:
+            buf = self._send_buffers[key] = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        buf.copy_(tensor)
+        return buf.view(-1).numpy()
+
+    def _recv_buffer(self, peer: int, shape: torch.Size, dtype: torch.dtype, device: torch.device,
+                     kind: str) -> torch.Tensor:
+        key = (kind, peer, shape, dtype)
+        buf = self._recv_buffers.get(key)
+        if buf is None:
+            on_gpu = device.type == "cuda"
+            if on_gpu and self.cuda_aware:
+                buf = torch.empty(shape, dtype=dtype, device=device)
+            else:
+                buf = torch.empty(shape, dtype=dtype, pin_memory=on_gpu)
+            self._recv_buffers[key] = buf
+        return buf
+
+    def exchange(self, payloads: dict[int, torch.Tensor], round: int, kind: str = "params",
+                 active: set[int] | None = None) -> dict[int, dict[int, torch.Tensor]]:
+        """Send each local active peer's payload to its active neighbours; return, per local active peer,
+        {neighbour: tensor} in ascending neighbour order.
+
+        All payloads of one call share shape and dtype. Received tensors live in buffers reused by the next
+        call of the same kind: consume them before then.
+        """
+        active = set(range(self.placement.n_peers)) if active is None else set(active)
+        local_active = [p for p in self.local_peers if p in active]
+        if not local_active:
+            sample = None
+        else:
+            sample = payloads[local_active[0]]
+        self._round = round
+        t0 = MPI.Wtime()
+        received: dict[int, torch.Tensor] = {}
+        requests: list[MPI.Request] = []
+        waiting: list[tuple[int, list[int]]] = []  # (remote peer, indices of its requests)
+        if self.comm is not None and sample is not None:
+            sends, recvs = self._plan(active)
+            for rank in self.remote_ranks:
+                for q in recvs[rank]:
+                    buf = self._recv_buffer(q, sample.shape, sample.dtype, sample.device, kind)
+                    target = buf.view(-1) if buf.device.type == "cuda" else buf.view(-1).numpy()
+                    first = len(requests)
+                    if isinstance(target, np.ndarray):
+                        for chunk in self._chunks(target):
+                            requests.append(self.comm.Irecv([chunk, MPI.BYTE], source=rank, tag=_tag(q, kind)))
+                    else:
+                        requests.append(self.comm.Irecv(target, source=rank, tag=_tag(q, kind)))
+                    waiting.append((q, list(range(first, len(requests)))))
+                    received[q] = buf
+                    self.stats.wire_recv[rank] += buf.numel() * buf.element_size()
+            n_recv = len(requests)
+            for rank in self.remote_ranks:
+                for p in sends[rank]:
+                    if p in self.silent:
+                        continue
+                    view = self._host_view(p, payloads[p], kind)
+                    if isinstance(view, np.ndarray):
+                        for chunk in self._chunks(view):
+                            requests.append(self.comm.Isend([chunk, MPI.BYTE], dest=rank, tag=_tag(p, kind)))
+                    else:
+                        requests.append(self.comm.Isend(view, dest=rank, tag=_tag(p, kind)))
+                    self.stats.wire_sent[rank] += view.nbytes if isinstance(view, np.ndarray) else \
+                        view.numel() * view.element_size()
+            t1 = MPI.Wtime()
+            self._wait(requests, n_recv, waiting, local_active, round)
+            t2 = MPI.Wtime()
+            self.stats.time_comm_s += t1 - t0
+            self.stats.time_wait_s += t2 - t1
+        t3 = MPI.Wtime()
+        out: dict[int, dict[int, torch.Tensor]] = {}
+        for p in local_active:
+            inbox = {}
+            for q in self.neighbors[p]:
+                if q not in active:
+                    continue
+                if q in payloads:
+                    inbox[q] = payloads[q]
+                else:
+                    buf = received[q]
+                    inbox[q] = buf.to(sample.device, non_blocking=True) if buf.device != sample.device else buf
+                nbytes = sample.numel() * sample.element_size()
+                self.stats.peer_recv[p] += nbytes
+                if p not in self.silent:
+                    self.stats.peer_sent[p] += nbytes
+            out[p] = inbox
+        self.stats.time_comm_s += MPI.Wtime() - t3
+        return out
+
+    def _wait(self, requests: list, n_recv: int, waiting: list[tuple[int, list[int]]], local_active: list[int],
+              round: int) -> None:
+        """Wait for every request; past the timeout the watchdog names a missing neighbour and the round."""
+        if not requests:
+            return
+        done = np.zeros(len(requests), dtype=bool)
+
+        def describe() -> str:
+            missing = [q for q, idx in waiting if not done[idx].all()]
+            if not missing:
+                return (f"p2pfl: timeout: rank {self.world.rank} waited {self.timeout:g} s in round {round} "
+                        f"for its sends to complete")
+            q = missing[0]
+            waiter = next(p for p in local_active if q in self.neighbors[p])
+            return (f"p2pfl: timeout: peer {waiter} (rank {self.world.rank}) waited {self.timeout:g} s in round "
+                    f"{round} for neighbour {q} (rank {self.placement.rank_of(q)})"
+                    + (f"; also missing: {missing[1:]}" if len(missing) > 1 else ""))
+
+        assert self._watchdog is not None
+        self._watchdog.arm(self.timeout, describe)
+        try:
+            remaining = len(requests)
+            while remaining:
+                indices = MPI.Request.Waitsome(requests)
+                if indices is None:
+                    break
+                done[list(indices)] = True
+                remaining = int((~done).sum())
+        finally:
+            self._watchdog.disarm()

@@ -1,0 +1,287 @@
+"""One typed configuration object for a run: defaults, YAML files, command-line flags and validation.
+
+Every option is a dataclass field; its metadata carries the help text and, where the set of values is
+closed, the allowed values. The command line is generated from the fields, so a flag, a YAML key and a
+field are always the same thing (`--local-epochs` = `local_epochs:` = `local-epochs:`).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Sequence
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A bad option value: the message is one line naming the option and what is allowed."""
+
+
+def _opt(default: Any, help: str, choices: Sequence[str] | Callable[[], Sequence[str]] | None = None,
+         section: str = "run") -> Any:
+    return field(default=default, metadata={"help": help, "choices": choices, "section": section})
+
+
+def _algorithms() -> list[str]:
+    from p2pfl.algorithms import names
+    return names()
+
+
+def _topologies() -> list[str]:
+    import topologies
+    return [n for n in topologies.names() if n != "file"]
+
+
+MIXINGS = ("metropolis", "uniform", "max-degree")
+PARTITIONS = ("iid", "dirichlet", "skew", "one-class")
+DATASETS = ("fashion-mnist", "cifar10", "cifar100", "synthetic")
+OPTIMIZERS = ("adam", "sgd", "adamw")
+SCHEDULES = ("constant", "cosine")
+MUSCLE_LOSSES = ("muscle", "pairwise", "gram")
+
+
+@dataclass
+class RunConfig:
+    """Everything a run needs; the resolved object is written to the run folder as config.yaml."""
+
+    # run
+    algorithm: str = _opt("consensus", "the method to run", _algorithms)
+    topology: str = _opt("cycle", "peer graph (or 'file' with --graph-file)", lambda: _topologies() + ["file"])
+    peers: int | None = _opt(None, "number of peers K (default: the MPI world size)")
+    rounds: int = _opt(10, "communication rounds")
+    seed: int = _opt(0, "the seed every random stream is keyed by")
+    mixing: str = _opt("metropolis", "gossip weights", MIXINGS)
+    p: float = _opt(0.7, "edge probability of the random topology")
+    graph_file: str | None = _opt(None, "edge list, adjacency matrix or GraphML for --topology file")
+    participation: float = _opt(1.0, "fraction rho of peers active each round, in (0, 1]")
+    out: str = _opt("runs", "parent folder of the run folder")
+    name: str | None = _opt(None, "run folder name (default <time>-<algorithm>-<topology>)")
+    timeout: float = _opt(300.0, "seconds a receive may wait before the job aborts")
+    threads: int = _opt(1, "torch intra-op threads per process (results are bitwise reproducible at equal threads)")
+    device: str = _opt("auto", "auto (GPU by node-local rank when present), cpu, or cuda")
+    cuda_aware_mpi: bool = _opt(False, "hand GPU buffers to MPI directly instead of staging through pinned memory")
+    chunk_mb: int = _opt(1024, "largest MPI message in MiB; bigger buffers travel in chunks")
+    eval_every: int = _opt(0, "evaluate every N rounds (0: only at the end)")
+    progress: bool = _opt(True, "show a progress bar on rank 0")
+    plots: bool = _opt(True, "draw plots into the run folder at the end")
+    fault: str | None = _opt(None, "testing aid: 'raise@RANK:ROUND' or 'silent@PEER:ROUND'")
+    # consensus
+    vector_size: int = _opt(1_000_000, "floats per peer for --algorithm consensus", section="consensus")
+    # data
+    dataset: str = _opt("fashion-mnist", "training data", DATASETS, section="data")
+    data_dir: str | None = _opt(None, "data root (default $P2PFL_DATA, else ~/.cache/p2pfl)", section="data")
+    download: bool = _opt(False, "allow downloading a missing dataset (one rank per node)", section="data")
+    partition: str = _opt("dirichlet", "how data is split over peers", PARTITIONS, section="data")
+    alpha: float = _opt(0.1, "Dirichlet concentration", section="data")
+    beta: float = _opt(0.5, "iid fraction of the skew partition", section="data")
+    min_size: int = _opt(10, "smallest shard a Dirichlet partition may give a peer", section="data")
+    rotate_groups: int = _opt(1, "G peer groups whose images are rotated by g*360/G degrees", section="data")
+    train_subset: int | None = _opt(None, "use only the first N training images (fast runs)", section="data")
+    # training
+    model: str = _opt("resnet-small", "encoder architecture", section="training")
+    local_epochs: float = _opt(1.0, "local epochs E per round", section="training")
+    local_steps: int | None = _opt(None, "local steps per round (overrides --local-epochs)", section="training")
+    batch_size: int = _opt(128, "local batch size", section="training")
+    optimizer: str = _opt("adam", "local optimiser", OPTIMIZERS, section="training")
+    lr: float = _opt(1e-3, "learning rate", section="training")
+    momentum: float = _opt(0.9, "SGD momentum", section="training")
+    weight_decay: float = _opt(0.0, "weight decay", section="training")
+    schedule: str = _opt("constant", "learning-rate schedule over rounds", SCHEDULES, section="training")
+    keep_optimizer: bool = _opt(False, "keep optimiser state across rounds (default: reset each round)",
+                                section="training")
+    fedbn: bool = _opt(False, "keep BatchNorm layers local (never mixed)", section="training")
+    weight_by_data: bool = _opt(False, "scale mixing weights by shard sizes", section="training")
+    temperature: float = _opt(0.5, "contrastive temperature (NT-Xent, MOON)", section="training")
+    proj_dim: int = _opt(128, "projection width", section="training")
+    probe_epochs: int = _opt(30, "epochs of the linear probe", section="evaluation")
+    knn_k: int = _opt(200, "neighbours of the kNN monitor", section="evaluation")
+    # MOON and friends
+    mu: float = _opt(5.0, "weight of the MOON/FedProx term", section="moon")
+    prev_models: int = _opt(1, "MOON's pool of previous models", section="moon")
+    # FedMuscle
+    muscle_m: int = _opt(3, "neighbours M sampled per contrastive step", section="fedmuscle")
+    contrastive_steps: int = _opt(1, "contrastive steps T per round", section="fedmuscle")
+    public_size: int = _opt(5000, "images held out as the public set", section="fedmuscle")
+    public_batch: int = _opt(32, "public batch B", section="fedmuscle")
+    rep_dim: int = _opt(256, "representation width d", section="fedmuscle")
+    loss: str = _opt("muscle", "alignment loss", MUSCLE_LOSSES, section="fedmuscle")
+    peers_spec: str | None = _opt(None, "YAML file giving each peer its model, task and dataset", section="fedmuscle")
+    lora_rank: int = _opt(16, "LoRA rank for Hugging Face models (0: full fine-tuning)", section="fedmuscle")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _field_type(f: dataclasses.Field) -> type:
+    t = f.type if isinstance(f.type, str) else f.type.__name__
+    for name, typ in (("bool", bool), ("int", int), ("float", float)):
+        if t.startswith(name):
+            return typ
+    return str
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m p2pfl.run`, generated from RunConfig."""
+    parser = argparse.ArgumentParser(
+        prog="python -m p2pfl.run",
+        description="Run peers that learn together over a graph (under mpirun, or all in one process).",
+        argument_default=argparse.SUPPRESS)
+    parser.add_argument("--config", help="YAML file of options (flags given here override it)")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved configuration and exit")
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for f in fields(RunConfig):
+        section = f.metadata["section"]
+        group = groups.setdefault(section, parser.add_argument_group(section))
+        typ = _field_type(f)
+        help_text = f"{f.metadata['help']} (default: {f.default})"
+        if typ is bool:
+            group.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, help=help_text)
+        else:
+            group.add_argument(_flag(f.name), dest=f.name, type=str, metavar=f.name.upper(), help=help_text)
+    return parser
+
+
+def _convert(f: dataclasses.Field, value: Any) -> Any:
+    """Convert a flag or YAML value to the field's type; ConfigError names the option."""
+    typ = _field_type(f)
+    if value is None or (isinstance(value, str) and value.lower() in ("none", "null") and f.default is None):
+        if f.default is None:
+            return None
+        raise ConfigError(f"{_flag(f.name)}: a value is required")
+    try:
+        if typ is bool:
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("1", "true", "yes", "on"):
+                return True
+            if str(value).lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if typ is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(float(value)) if isinstance(value, str) and "e" in value.lower() else int(value)
+        if typ is float:
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{_flag(f.name)}: expected {typ.__name__}, got {value!r}") from None
+
+
+def load_yaml(path: str) -> dict[str, Any]:
+    """Read a YAML options file; unknown keys are a ConfigError."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"--config: file not found: {path}")
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--config: {path} is not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config: {path} must hold a mapping of option: value")
+    known = {f.name for f in fields(RunConfig)}
+    out = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in known:
+            raise ConfigError(f"--config: unknown key '{key}' in {path} (see python -m p2pfl.run --help)")
+        out[name] = value
+    return out
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[RunConfig, bool]:
+    """Parse flags (over an optional YAML file) into a validated RunConfig; returns (config, print_only)."""
+    parser = build_parser()
+
+    def fail(message: str) -> None:
+        raise ConfigError(message)
+
+    parser.error = fail  # type: ignore[method-assign]
+    ns = vars(parser.parse_args(argv))
+    values: dict[str, Any] = {}
+    if "config" in ns:
+        values.update(load_yaml(ns.pop("config")))
+    print_only = bool(ns.pop("print_config", False))
+    values.update(ns)
+    return make_config(**values), print_only
+
+
+def make_config(**values: Any) -> RunConfig:
+    """Build and validate a RunConfig from option values (strings from the CLI are converted)."""
+    by_name = {f.name: f for f in fields(RunConfig)}
+    kwargs = {}
+    for name, value in values.items():
+        name = name.replace("-", "_")
+        if name not in by_name:
+            raise ConfigError(f"unknown option '{name}'")
+        kwargs[name] = _convert(by_name[name], value)
+    cfg = RunConfig(**kwargs)
+    validate(cfg)
+    return cfg
+
+
+def _check(ok: bool, option: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{_flag(option)}: {message}")
+
+
+def validate(cfg: RunConfig, world_size: int | None = None) -> None:
+    """Check every value against what is allowed; world_size adds the peers-versus-ranks rule."""
+    for f in fields(RunConfig):
+        choices = f.metadata["choices"]
+        value = getattr(cfg, f.name)
+        if choices is None or value is None:
+            continue
+        allowed = list(choices() if callable(choices) else choices)
+        _check(value in allowed, f.name, f"unknown value '{value}'; allowed: {', '.join(allowed)}")
+    if cfg.peers is not None:
+        _check(cfg.peers >= 2, "peers", f"need at least 2 peers, got {cfg.peers}")
+    if world_size is not None:
+        peers = cfg.peers if cfg.peers is not None else world_size
+        _check(peers >= 2, "peers", f"need at least 2 peers, got {peers} (set --peers or run more ranks)")
+        _check(peers >= world_size, "peers",
+               f"{peers} peers cannot fill {world_size} MPI ranks; use --peers >= {world_size} or fewer ranks")
+    _check(cfg.rounds >= 0, "rounds", f"must be >= 0, got {cfg.rounds}")
+    _check(0.0 < cfg.p <= 1.0, "p", f"must lie in (0, 1], got {cfg.p}")
+    _check(0.0 < cfg.participation <= 1.0, "participation", f"must lie in (0, 1], got {cfg.participation}")
+    _check(cfg.timeout > 0, "timeout", f"must be > 0 seconds, got {cfg.timeout}")
+    _check(cfg.threads >= 1, "threads", f"must be >= 1, got {cfg.threads}")
+    _check(cfg.chunk_mb >= 1, "chunk_mb", f"must be >= 1, got {cfg.chunk_mb}")
+    _check(cfg.eval_every >= 0, "eval_every", f"must be >= 0, got {cfg.eval_every}")
+    _check(cfg.vector_size >= 1, "vector_size", f"must be >= 1, got {cfg.vector_size}")
+    _check(cfg.device in ("auto", "cpu", "cuda"), "device", f"unknown value '{cfg.device}'; allowed: auto, cpu, cuda")
+    _check(cfg.topology != "file" or cfg.graph_file is not None, "graph_file", "required with --topology file")
+    if cfg.graph_file is not None:
+        _check(os.path.isfile(cfg.graph_file), "graph_file", f"file not found: {cfg.graph_file}")
+    _check(0.0 < cfg.alpha, "alpha", f"must be > 0, got {cfg.alpha}")
+    _check(0.0 <= cfg.beta <= 1.0, "beta", f"must lie in [0, 1], got {cfg.beta}")
+    _check(cfg.min_size >= 0, "min_size", f"must be >= 0, got {cfg.min_size}")
+    _check(cfg.rotate_groups >= 1, "rotate_groups", f"must be >= 1, got {cfg.rotate_groups}")
+    _check(cfg.local_epochs > 0, "local_epochs", f"must be > 0, got {cfg.local_epochs}")
+    _check(cfg.local_steps is None or cfg.local_steps >= 1, "local_steps", f"must be >= 1, got {cfg.local_steps}")
+    _check(cfg.batch_size >= 2, "batch_size", f"must be >= 2, got {cfg.batch_size}")
+    _check(cfg.lr > 0, "lr", f"must be > 0, got {cfg.lr}")
+    _check(cfg.temperature > 0, "temperature", f"must be > 0, got {cfg.temperature}")
+    _check(cfg.prev_models >= 1, "prev_models", f"must be >= 1, got {cfg.prev_models}")
+    _check(cfg.muscle_m >= 1, "muscle_m", f"must be >= 1, got {cfg.muscle_m}")
+    _check(cfg.contrastive_steps >= 0, "contrastive_steps", f"must be >= 0, got {cfg.contrastive_steps}")
+    _check(cfg.public_batch >= 2, "public_batch", f"must be >= 2, got {cfg.public_batch}")
+    _check(cfg.rep_dim >= 1, "rep_dim", f"must be >= 1, got {cfg.rep_dim}")
+    _check(cfg.lora_rank >= 0, "lora_rank", f"must be >= 0, got {cfg.lora_rank}")
+    if cfg.peers_spec is not None:
+        _check(os.path.isfile(cfg.peers_spec), "peers_spec", f"file not found: {cfg.peers_spec}")
+    if cfg.fault is not None:
+        import re
+        _check(re.fullmatch(r"(raise|silent)@\d+:\d+", cfg.fault) is not None, "fault",
+               f"expected 'raise@RANK:ROUND' or 'silent@PEER:ROUND', got {cfg.fault!r}")
+
+
+def to_yaml(cfg: RunConfig) -> str:
+    """The resolved configuration as YAML (kebab-free snake_case keys, loadable by --config)."""
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

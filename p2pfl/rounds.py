@@ -1,0 +1,248 @@
+"""The round machinery every method shares: participation, local update, exchange and mix, evaluation, logging.
+
+An algorithm supplies only what differs (`Algorithm`); `Runner` drives the synchronous rounds of SPEC §2 for
+the peers hosted by this rank, gathers the per-peer records to rank 0, and writes the run folder.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import torch
+
+from p2pfl.comm.exchange import Exchange
+from p2pfl.comm.placement import Placement
+from p2pfl.comm.world import World
+from p2pfl.config import RunConfig
+from p2pfl.gossip import consensus_distance
+from p2pfl.runtime.progress import Progress, summary_lines
+from p2pfl.runtime.runfolder import RunFolder
+from p2pfl.seeding import SHARED, numpy_rng
+
+
+@dataclass
+class RunContext:
+    """What an algorithm sees of the run: the configuration, the graph and its weights, this rank's peers."""
+
+    cfg: RunConfig
+    world: World
+    graph: nx.Graph
+    W: np.ndarray
+    placement: Placement
+    exchange: Exchange
+    device: torch.device
+    run_dir: Path
+    folder: RunFolder | None = None
+    manifest_extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_peers(self) -> int:
+        return self.placement.n_peers
+
+    @property
+    def local_peers(self) -> list[int]:
+        return self.placement.peers_of(self.world.rank)
+
+    def record_manifest(self, **entries: Any) -> None:
+        """Add entries to manifest.json (the same values on every rank; rank 0 writes them)."""
+        self.manifest_extra.update(entries)
+        if self.folder is not None:
+            self.folder.update_manifest(**entries)
+
+
+class Algorithm:
+    """A method: what a peer does locally, what it sends, how it combines, how it is evaluated.
+
+    The default round gossips `mix_vectors()` with the topology's weights; methods that exchange something
+    else override `communicate`.
+    """
+
+    name = "base"
+    headline = "loss"
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.cfg = ctx.cfg
+
+    def setup(self) -> None:
+        """Build the local peers' state (data, models). Bad input raises ValueError (reported once)."""
+
+    def local_update(self, peer: int, round: int) -> dict[str, float]:
+        """Peer's local work in `round`; returns its per-peer metrics (e.g. {"loss": ...})."""
+        return {}
+
+    def communicate(self, round: int, active: set[int]) -> None:
+        """Exchange with neighbours and combine (default: gossip of mix_vectors)."""
+
+    def consensus_vectors(self) -> dict[int, torch.Tensor] | None:
+        """The local peers' mixed vectors for the consensus distance (None: not applicable)."""
+        return None
+
+    def evaluate(self, round: int, final: bool) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
+        """Collective evaluation: (network-level metrics, valid on rank 0; per-peer metrics of local peers)."""
+        return {}, {}
+
+    def summary(self) -> dict[str, Any]:
+        """Extra entries for summary.json (collective; rank 0's value is written)."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The local peers' state for a checkpoint (see Runner.checkpoint)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what state_dict returned."""
+
+
+def active_peers(seed: int, round: int, n_peers: int, rho: float) -> set[int]:
+    """The ⌈rho·K⌉ peers active in `round`: a draw every rank makes identically (SPEC §2)."""
+    if rho >= 1.0:
+        return set(range(n_peers))
+    count = max(1, math.ceil(rho * n_peers))
+    rng = numpy_rng(seed, SHARED, f"participation/{round}")
+    return {int(p) for p in rng.choice(n_peers, size=count, replace=False)}
+
+
+def _merge(parts: list[dict]) -> dict:
+    out: dict = {}
+    for part in parts:
+        out.update(part)
+    return {k: out[k] for k in sorted(out)}
+
+
+def _mean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(values) / len(values) if values else None
+
+
+class Runner:
+    """Drives the rounds for this rank's peers and writes what happened."""
+
+    def __init__(self, ctx: RunContext, algorithm: Algorithm) -> None:
+        self.ctx = ctx
+        self.algo = algorithm
+        self.world = ctx.world
+        self.cfg = ctx.cfg
+        self.start_time = time.time()
+        self._fault_kind, self._fault_at = self._parse_fault(self.cfg.fault)
+
+    @staticmethod
+    def _parse_fault(spec: str | None) -> tuple[str | None, tuple[int, int] | None]:
+        if spec is None:
+            return None, None
+        kind, _, rest = spec.partition("@")
+        who, _, when = rest.partition(":")
+        return kind, (int(who), int(when))
+
+    def _inject_fault(self, round: int) -> None:
+        if self._fault_kind is None or self._fault_at is None:
+            return
+        who, when = self._fault_at
+        if round < when:
+            return
+        if self._fault_kind == "raise" and who == self.world.rank:
+            raise RuntimeError(f"injected fault on rank {who} in round {round} (--fault)")
+        if self._fault_kind == "silent" and who in self.ctx.local_peers:
+            self.ctx.exchange.silent.add(who)
+
+    def _log(self, record: dict) -> None:
+        if self.ctx.folder is not None:
+            self.ctx.folder.log(record)
+
+    def run(self) -> dict[str, Any] | None:
+        """All rounds, evaluations and the summary; returns the summary on rank 0."""
+        cfg, world = self.cfg, self.world
+        progress = Progress(cfg.rounds, cfg.progress and world.is_root, f"{cfg.algorithm}/{cfg.topology}")
+        cd0 = self._consensus()
+        if world.is_root:
+            self._log({"type": "round", "round": 0, "elapsed_s": 0.0, "consensus_distance": cd0})
+        last_eval = None
+        for t in range(1, cfg.rounds + 1):
+            record = self._round(t)
+            if world.is_root:
+                progress.update(**{self.algo.headline: record.get(f"{self.algo.headline}_mean",
+                                                                  record.get(self.algo.headline)),
+                                   "consensus": record.get("consensus_distance")})
+            if cfg.eval_every and t % cfg.eval_every == 0 and t != cfg.rounds:
+                last_eval = self._evaluate(t, final=False)
+        progress.close()
+        last_eval = self._evaluate(cfg.rounds, final=True)
+        extra = self.algo.summary()
+        stats = world.gather(self.ctx.exchange.stats.snapshot()) if world.size > 1 else \
+            [self.ctx.exchange.stats.snapshot()]
+        if not world.is_root:
+            return None
+        summary = {
+            "algorithm": cfg.algorithm, "topology": cfg.topology, "peers": self.ctx.n_peers,
+            "rounds": cfg.rounds, "ranks": world.size, "wall_s": time.time() - self.start_time,
+            "run_dir": str(self.ctx.run_dir), "final": last_eval or {},
+            "consensus_distance_initial": cd0,
+            "comm_per_rank": {str(r): s for r, s in enumerate(stats or [])},
+            **extra,
+        }
+        self.ctx.folder.write_summary(summary)
+        print(summary_lines(summary), flush=True)
+        return summary
+
+    def _consensus(self) -> float | None:
+        vectors = self.algo.consensus_vectors()
+        if vectors is None:
+            return None
+        return consensus_distance(self.world, vectors, self.ctx.n_peers)
+
+    def _round(self, t: int) -> dict[str, Any]:
+        cfg, ctx = self.cfg, self.ctx
+        active = active_peers(cfg.seed, t, ctx.n_peers, cfg.participation)
+        self._inject_fault(t)
+        stats = ctx.exchange.stats
+        sent0, recv0 = dict(stats.peer_sent), dict(stats.peer_recv)
+        comm0, wait0 = stats.time_comm_s, stats.time_wait_s
+        t0 = time.perf_counter()
+        per_peer = {p: self.algo.local_update(p, t) for p in ctx.local_peers if p in active}
+        t1 = time.perf_counter()
+        self.algo.communicate(t, active)
+        t2 = time.perf_counter()
+        cd = self._consensus()
+        comm = stats.time_comm_s - comm0
+        wait = stats.time_wait_s - wait0
+        part = {
+            "per_peer": per_peer,
+            "sent": {p: stats.peer_sent.get(p, 0) - sent0.get(p, 0) for p in ctx.local_peers},
+            "recv": {p: stats.peer_recv.get(p, 0) - recv0.get(p, 0) for p in ctx.local_peers},
+            "compute_s": (t1 - t0) + (t2 - t1 - comm - wait), "comm_s": comm, "wait_s": wait,
+        }
+        parts = self.world.gather(part) if self.world.size > 1 else [part]
+        if not self.world.is_root:
+            return {}
+        per = _merge([p["per_peer"] for p in parts])
+        record: dict[str, Any] = {"type": "round", "round": t, "elapsed_s": time.time() - self.start_time,
+                                  "active": sorted(active)}
+        keys = sorted({k for m in per.values() for k in m})
+        for key in keys:
+            values = {str(p): m[key] for p, m in per.items() if key in m}
+            record[key] = values
+            record[f"{key}_mean"] = _mean(list(values.values()))
+        record["consensus_distance"] = cd
+        record["bytes_sent"] = sum(sum(p["sent"].values()) for p in parts)
+        record["bytes_recv"] = sum(sum(p["recv"].values()) for p in parts)
+        record["bytes_sent_per_peer"] = {str(k): v for k, v in _merge([p["sent"] for p in parts]).items()}
+        record["time_compute_s"] = max(p["compute_s"] for p in parts)
+        record["time_comm_s"] = max(p["comm_s"] for p in parts)
+        record["time_wait_s"] = max(p["wait_s"] for p in parts)
+        self._log(record)
+        return record
+
+    def _evaluate(self, t: int, final: bool) -> dict[str, float] | None:
+        metrics, per_peer = self.algo.evaluate(t, final)
+        parts = self.world.gather(per_peer) if self.world.size > 1 else [per_peer]
+        if not self.world.is_root:
+            return None
+        merged = _merge(parts)
+        self._log({"type": "eval", "round": t, "final": final, "metrics": metrics,
+                   "per_peer": {str(p): m for p, m in merged.items()}})
+        return metrics

@@ -1,0 +1,1 @@
+"""What every run shares: devices, failure handling, the run folder, the manifest, progress and the round loop."""

@@ -1,0 +1,51 @@
+"""No hang, ever: a failing rank prints its traceback once and ends the whole job; bad input ends it cleanly."""
+from __future__ import annotations
+
+import sys
+import traceback
+from typing import Callable, TypeVar
+
+from p2pfl.comm.world import World
+
+T = TypeVar("T")
+USER_ERROR_EXIT = 2
+
+
+class UserError(ValueError):
+    """Bad input detected after parsing (a dataset not found, a peer spec that does not fit)."""
+
+
+def abort_on_exception(world: World, exc: BaseException) -> None:
+    """Print which rank failed and its traceback, then end every rank of the job."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    sys.stderr.write(f"p2pfl: rank {world.rank} on {world.host} failed:\n{text}")
+    sys.stderr.flush()
+    if world.size > 1:
+        world.abort(1)
+    sys.exit(1)
+
+
+def user_error_exit(world: World, message: str) -> None:
+    """One line on rank 0, a non-zero exit on every rank."""
+    if world.is_root:
+        sys.stderr.write(f"p2pfl: error: {message}\n")
+        sys.stderr.flush()
+    sys.exit(USER_ERROR_EXIT)
+
+
+def agree(world: World, step: Callable[[], T]) -> T:
+    """Run a set-up step on every rank; if any rank hits bad input (a ValueError), all ranks exit cleanly.
+
+    Collective: every rank must call it at the same point. The first failing rank's message is printed once.
+    """
+    error: str | None = None
+    result = None
+    try:
+        result = step()
+    except ValueError as exc:
+        error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    errors = world.allgather(error) if world.size > 1 else [error]
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        user_error_exit(world, first)
+    return result  # type: ignore[return-value]

@@ -1,0 +1,302 @@
+"""Tests of analysis/: reading run folders, plots, the report table and FedMuscle's Δ%.
+
+Run folders are built by hand in tmp_path following docs/CONVENTIONS.md.
+"""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from analysis import Run, RunFolderError, delta_percent, load_run, lower_is_better, plot_run
+from analysis.plots import consensus_shares, second_eigenvalue
+from analysis.report import build_report, runs_table
+
+REPO = Path(__file__).resolve().parents[1]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+# ----- building synthetic run folders ---------------------------------------------------------------------------
+def star_metropolis(k: int) -> list[list[float]]:
+    """Metropolis weights on a star with hub 0: W_0j = 1/k, W_00 = 1/k, leaves W_jj = 1 - 1/k."""
+    w = np.zeros((k, k))
+    for j in range(1, k):
+        w[0, j] = w[j, 0] = 1.0 / k
+        w[j, j] = 1.0 - 1.0 / k
+    w[0, 0] = 1.0 - (k - 1) / k
+    return w.tolist()
+
+
+def make_run(root: Path, name: str, *, algorithm: str = "gossip", k: int = 4, rounds: int = 5,
+             acc: list[float] | None = None, per_peer: dict | None = None, peers_spec: list | None = None,
+             bytes_per_peer: float = 1024.0, summary: bool = True, partition: bool = True,
+             topology: bool = True, loss: bool = True, consensus: bool = True, evals: bool = True) -> Path:
+    """Write config.yaml, manifest.json, metrics.jsonl (and summary.json) for a synthetic run."""
+    path = root / name
+    path.mkdir(parents=True)
+    config = {"algorithm": algorithm, "topology": {"name": "star", "mixing": "metropolis"}, "peers": k,
+              "partition": {"name": "dirichlet", "alpha": 0.5}, "rounds": rounds, "seed": 0}
+    (path / "config.yaml").write_text(yaml.safe_dump(config))
+    manifest: dict = {"versions": {"python": "3"}, "seeds": {"seed": 0}}
+    if topology:
+        manifest["topology"] = {"edges": [[0, j] for j in range(1, k)], "mixing": star_metropolis(k),
+                                "stats": {"lambda2": 1.0 - 1.0 / k, "spectral_gap": 1.0 / k, "diameter": 2}}
+    if partition:
+        manifest["partition"] = {"class_counts": [[10 * (i + 1) + c for c in range(3)] for i in range(k)]}
+    if peers_spec is not None:
+        manifest["peers_spec"] = peers_spec
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    acc = acc if acc is not None else [0.1 * (t + 1) for t in range(rounds)]
+    lines = []
+    for t in range(1, rounds + 1):
+        record: dict = {"type": "round", "round": t, "elapsed_s": 2.0 * t, "active": list(range(k)),
+                        "bytes_sent": bytes_per_peer * k, "bytes_recv": bytes_per_peer * k,
+                        "time_compute_s": 1.0, "time_comm_s": 0.5, "time_wait_s": 0.1}
+        if loss:
+            record["loss"] = {str(i): 1.0 / t + 0.01 * i for i in range(k)}
+            record["loss_mean"] = float(np.mean(list(record["loss"].values())))
+        if consensus:
+            record["consensus_distance"] = 0.5 * (1.0 - 1.0 / k) ** (2 * t)
+        lines.append(json.dumps(record))
+        if evals:
+            pp = per_peer if (per_peer is not None and t == rounds) else {
+                str(i): {"accuracy": acc[t - 1] + 0.01 * i} for i in range(k)}
+            lines.append(json.dumps({"type": "eval", "round": t,
+                                     "metrics": {"accuracy": acc[t - 1], "linear_probe": acc[t - 1] / 2},
+                                     "per_peer": pp}))
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    if summary:
+        (path / "summary.json").write_text(json.dumps({"wall_time_s": 2.0 * rounds + 1.5}))
+    return path
+
+
+def table_rows(markdown: str, first_header: str = "run") -> list[list[str]]:
+    """The body rows of the first markdown table whose first header cell is ``first_header``."""
+    lines = markdown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return [lines[start].strip().strip("|").split("|")] + rows
+
+
+# ----- load_run ---------------------------------------------------------------------------------------------------
+def test_load_run_reads_every_file(tmp_path):
+    path = make_run(tmp_path, "r1", rounds=3)
+    run = load_run(path)
+    assert isinstance(run, Run) and run.path == path and run.name == "r1"
+    assert run.config["peers"] == 4 and run.config["partition"]["alpha"] == 0.5
+    assert len(run.manifest["topology"]["edges"]) == 3
+    assert [r["round"] for r in run.rounds] == [1, 2, 3]
+    assert [r["round"] for r in run.evals] == [1, 2, 3]
+    assert run.summary == {"wall_time_s": 7.5}
+    assert run.algorithm == "gossip" and run.topology_name == "star" and run.num_peers == 4
+    assert run.partition_label == "dirichlet(alpha=0.5)"
+    assert run.final_metrics() == pytest.approx({"accuracy": 0.3, "linear_probe": 0.15})
+    assert run.bytes_sent_per_peer_round() == pytest.approx(1024.0)
+    assert run.wall_time_s() == pytest.approx(7.5)
+
+
+def test_load_run_in_progress_skips_truncated_last_line(tmp_path):
+    path = make_run(tmp_path, "r", rounds=3, summary=False)
+    with open(path / "metrics.jsonl", "a") as fh:
+        fh.write('{"type": "round", "round": 4, "elapsed_s": 8.0, "consensus_dis')  # cut off mid-write
+    run = load_run(path)
+    assert run.summary is None
+    assert [r["round"] for r in run.rounds] == [1, 2, 3]
+    assert run.rounds_done == 3 and run.planned_rounds == 3
+    # without a summary the wall time is the last round's time since start
+    assert run.wall_time_s() == pytest.approx(6.0)
+
+
+def test_load_run_rejects_corruption_before_the_last_line_and_non_runs(tmp_path):
+    path = make_run(tmp_path, "r", rounds=3)
+    lines = (path / "metrics.jsonl").read_text().splitlines()
+    lines[1] = lines[1][:10]
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(RunFolderError, match=r"metrics.jsonl:2"):
+        load_run(path)
+    with pytest.raises(ValueError):
+        load_run(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="not a run folder"):
+        load_run(tmp_path / "empty")
+
+
+# ----- plots --------------------------------------------------------------------------------------------------------
+def assert_png(path: Path) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE, path
+    assert len(data) > 2000, (path, len(data))
+
+
+def test_plot_run_writes_every_plot_as_png(tmp_path):
+    spec = [{"peer": i, "model": f"m{i}", "task": "cls"} for i in range(4)]
+    path = make_run(tmp_path, "r", rounds=6, peers_spec=spec)
+    written = plot_run(load_run(path))
+    names = {p.name for p in written}
+    assert names == {"metrics.png", "consensus.png", "topology.png", "partition.png", "per_peer.png"}
+    for p in written:
+        assert p.parent == path / "plots"
+        assert_png(p)
+    # plotting again replaces the files and leaves no temporary files behind
+    again = plot_run(path, out_dir=tmp_path / "elsewhere")
+    assert {p.name for p in again} == names
+    assert sorted(p.name for p in (path / "plots").iterdir()) == sorted(names)
+
+
+def test_plot_run_skips_missing_data(tmp_path):
+    path = make_run(tmp_path, "r", rounds=3, partition=False, topology=False, consensus=False, evals=False,
+                    summary=False)
+    written = plot_run(load_run(path))
+    assert [p.name for p in written] == ["metrics.png"]  # only the training loss is there
+    assert_png(written[0])
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "config.yaml").write_text("algorithm: gossip\n")
+    assert plot_run(load_run(bare)) == []
+
+
+def test_second_eigenvalue_and_consensus_share_closed_forms():
+    # Metropolis weights on a 6-cycle are 1/3 everywhere: eigenvalues 1/3 + 2/3 cos(2 pi k / 6), |lambda2| = 2/3.
+    k = 6
+    w = np.zeros((k, k))
+    for i in range(k):
+        w[i, i] = w[i, (i + 1) % k] = w[i, (i - 1) % k] = 1 / 3
+    run = Run(path=Path("x"), manifest={"topology": {"mixing": w.tolist()}})
+    assert second_eigenvalue(run) == pytest.approx(2 / 3)
+    assert consensus_shares(run) == pytest.approx(np.full(k, 1 / k))
+    # Uniform weights on a 20-peer star: the left Perron vector is proportional to deg + 1,
+    # so the hub holds 20 / (20 + 19 * 2) of the consensus (about 34%, SPEC §1).
+    k = 20
+    w = np.zeros((k, k))
+    w[0, :] = 1 / k
+    for j in range(1, k):
+        w[j, 0] = w[j, j] = 0.5
+    shares = consensus_shares(Run(path=Path("x"), manifest={"topology": {"mixing": w.tolist()}}))
+    assert shares[0] == pytest.approx(20 / 58)
+    assert shares[1:] == pytest.approx(np.full(k - 1, 2 / 58))
+    # recorded stats win over the matrix
+    stats_run = Run(path=Path("x"), manifest={"topology": {"mixing": w.tolist(), "stats": {"spectral_gap": 0.25}}})
+    assert second_eigenvalue(stats_run) == pytest.approx(0.75)
+
+
+# ----- the report table ---------------------------------------------------------------------------------------------
+def test_runs_table_has_one_row_per_run_with_final_values(tmp_path):
+    a = load_run(make_run(tmp_path, "a", rounds=4, acc=[0.1, 0.2, 0.3, 0.42], bytes_per_peer=2048.0))
+    b = load_run(make_run(tmp_path, "b", algorithm="moon", rounds=2, acc=[0.5, 0.61], summary=False))
+    rows = table_rows(runs_table([a, b]))
+    header, body = [h.strip() for h in rows[0]], rows[1:]
+    assert len(body) == 2
+    col = {name: i for i, name in enumerate(header)}
+    for name in ("run", "algorithm", "topology", "peers", "partition", "rounds", "accuracy", "linear_probe",
+                 "bytes sent/peer/round", "wall time (s)"):
+        assert name in col
+    ra, rb = body
+    assert ra[col["run"]] == "a" and rb[col["run"]] == "b"
+    assert ra[col["algorithm"]] == "gossip" and rb[col["algorithm"]] == "moon"
+    assert ra[col["peers"]] == "4" and ra[col["topology"]] == "star"
+    assert ra[col["rounds"]] == "4" and rb[col["rounds"]] == "2"
+    assert float(ra[col["accuracy"]]) == pytest.approx(0.42)
+    assert float(rb[col["accuracy"]]) == pytest.approx(0.61)
+    assert float(ra[col["linear_probe"]]) == pytest.approx(0.21)
+    assert ra[col["bytes sent/peer/round"]] == "2.0 KiB"
+    assert float(ra[col["wall time (s)"]]) == pytest.approx(9.5)   # summary
+    assert float(rb[col["wall time (s)"]]) == pytest.approx(4.0)   # last elapsed_s
+
+
+# ----- Δ% -----------------------------------------------------------------------------------------------------------
+def test_delta_percent_hand_computed():
+    d = delta_percent({0: 0.8, 1: 0.5}, {0: 0.5, 1: 0.4})
+    assert d.per_peer == pytest.approx({"0": 60.0, "1": 25.0})
+    assert d.mean == pytest.approx(42.5)
+    # sequences are indexed by peer
+    assert delta_percent([0.8, 0.5], [0.5, 0.4]).mean == pytest.approx(42.5)
+    # lower is better: a loss falling from 0.4 to 0.3 is a 25% improvement
+    d = delta_percent({"0": 0.3}, {"0": 0.4}, lower_is_better=True)
+    assert d.per_peer["0"] == pytest.approx(25.0)
+    # per-peer flags: peer 0 accuracy 0.6 -> 0.66 (+10), peer 1 loss 2.0 -> 2.5 (-25)
+    d = delta_percent({"0": 0.66, "1": 2.5}, {"0": 0.6, "1": 2.0}, lower_is_better={"0": False, "1": True})
+    assert d.per_peer == pytest.approx({"0": 10.0, "1": -25.0})
+    assert d.mean == pytest.approx(-7.5)
+    # undefined ratio, mismatched peers
+    assert math.isnan(delta_percent({"0": 1.0}, {"0": 0.0}).per_peer["0"])
+    with pytest.raises(ValueError, match="same peers"):
+        delta_percent({"0": 1.0, "1": 1.0}, {"0": 1.0})
+
+
+def test_lower_is_better_names():
+    assert lower_is_better("loss") and lower_is_better("val_loss") and lower_is_better("top1_error")
+    assert lower_is_better("Error")
+    assert not lower_is_better("accuracy") and not lower_is_better("miou") and not lower_is_better(None)
+
+
+def fedmuscle_pair(tmp_path: Path) -> tuple[Path, Path]:
+    spec = [{"peer": 0, "model": "resnet18", "task": "cifar100"},
+            {"peer": 1, "model": "vit-tiny", "task": "segmentation"},
+            {"peer": 2, "model": "mlp", "task": "depth"}]
+    local_pp = {"0": {"accuracy": 0.40, "task_metric": 0.40},
+                "1": {"task_metric": 0.30, "task_metric_name": "miou"},
+                "2": {"task_metric": 0.50, "task_metric_name": "depth_error"}}
+    muscle_pp = {"0": {"accuracy": 0.50, "task_metric": 0.50},
+                 "1": {"task_metric": 0.36, "task_metric_name": "miou"},
+                 "2": {"task_metric": 0.45, "task_metric_name": "depth_error"}}
+    local = make_run(tmp_path, "local-run", algorithm="local", k=3, rounds=2, per_peer=local_pp, peers_spec=spec)
+    muscle = make_run(tmp_path, "muscle-run", algorithm="fedmuscle", k=3, rounds=2, per_peer=muscle_pp,
+                      peers_spec=spec)
+    return local, muscle
+
+
+# hand-computed: peer 0 (0.5-0.4)/0.4 = +25%, peer 1 (0.36-0.3)/0.3 = +20%, peer 2 error 0.5 -> 0.45 = +10%
+EXPECTED_DELTAS = ["+25.00%", "+20.00%", "+10.00%"]
+EXPECTED_MEAN = "+18.33%"
+
+
+def test_report_delta_table_from_runs(tmp_path):
+    local, muscle = fedmuscle_pair(tmp_path)
+    text = build_report([load_run(muscle), load_run(local)])
+    rows = table_rows(text, first_header="peer")
+    body = rows[1:]
+    assert [r[0] for r in body] == ["0", "1", "2", "mean"]
+    assert [r[1] for r in body[:3]] == ["resnet18", "vit-tiny", "mlp"]
+    assert [r[2] for r in body[:3]] == ["cifar100", "segmentation", "depth"]
+    assert [r[-1] for r in body] == EXPECTED_DELTAS + [EXPECTED_MEAN]
+    assert f"mean Δ = {EXPECTED_MEAN}" in text
+    # a local run with other peers is not used as the baseline
+    other = make_run(tmp_path, "other-local", algorithm="local", k=5, rounds=2)
+    text = build_report([load_run(muscle)], baseline=load_run(other))
+    assert "mean Δ" not in text and "peers differ" in text
+
+
+def test_report_cli(tmp_path):
+    local, muscle = fedmuscle_pair(tmp_path)
+    gossip = make_run(tmp_path, "gossip-run", rounds=3)
+    out = tmp_path / "out" / "report.md"
+    proc = subprocess.run([sys.executable, "-m", "analysis.report", str(muscle), str(gossip), "--out", str(out),
+                           "--baseline", str(local)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert text.strip() == proc.stdout.strip()
+    runs = table_rows(text)[1:]
+    assert [r[0] for r in runs] == ["muscle-run", "gossip-run", "local-run"]
+    assert f"mean Δ = {EXPECTED_MEAN}" in text
+    for run in (muscle, gossip, local):
+        assert_png(run / "plots" / "metrics.png")
+        assert_png(run / "plots" / "per_peer.png")
+    # default --out is report.md in the working directory; a bad folder is a clean error
+    proc = subprocess.run([sys.executable, "-m", "analysis.report", str(gossip), "--no-plots"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "report.md").is_file()
+    proc = subprocess.run([sys.executable, "-m", "analysis.report", str(tmp_path / "nope")], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "nope" in proc.stderr
