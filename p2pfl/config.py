@@ -49,7 +49,7 @@ class RunConfig:
     # run
     algorithm: str = _opt("consensus", "the method to run", _algorithms)
     topology: str = _opt("cycle", "peer graph (or 'file' with --graph-file)", lambda: _topologies() + ["file"])
-    peers: int | None = _opt(None, "number of peers K (default: the MPI world size)")
+    peers: int | None = _opt(None, "number of peers K (default: the MPI world size; 20 without mpirun)")
     rounds: int = _opt(10, "communication rounds")
     seed: int = _opt(0, "the seed every random stream is keyed by")
     mixing: str = _opt("metropolis", "gossip weights", MIXINGS)
@@ -243,7 +243,7 @@ def validate(cfg: RunConfig, world_size: int | None = None) -> None:
     if cfg.peers is not None:
         _check(cfg.peers >= 2, "peers", f"need at least 2 peers, got {cfg.peers}")
     if world_size is not None:
-        peers = cfg.peers if cfg.peers is not None else world_size
+        peers = resolved_peers(cfg, world_size)
         _check(peers >= 2, "peers", f"need at least 2 peers, got {peers} (set --peers or run more ranks)")
         _check(peers >= world_size, "peers",
                f"{peers} peers cannot fill {world_size} MPI ranks; use --peers >= {world_size} or fewer ranks")
@@ -280,6 +280,16 @@ def validate(cfg: RunConfig, world_size: int | None = None) -> None:
         import re
         _check(re.fullmatch(r"(raise|silent)@\d+:\d+", cfg.fault) is not None, "fault",
                f"expected 'raise@RANK:ROUND' or 'silent@PEER:ROUND', got {cfg.fault!r}")
+
+
+SINGLE_PROCESS_PEERS = 20
+
+
+def resolved_peers(cfg: RunConfig, world_size: int) -> int:
+    """K: --peers, else the world size, else (one process) the main job's 20 peers."""
+    if cfg.peers is not None:
+        return cfg.peers
+    return world_size if world_size > 1 else SINGLE_PROCESS_PEERS
 
 
 def to_yaml(cfg: RunConfig) -> str:

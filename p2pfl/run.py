@@ -15,7 +15,7 @@ def _setup_and_run(world: World, argv: Sequence[str] | None) -> int:
     from p2pfl import algorithms
     from p2pfl.comm.exchange import Exchange
     from p2pfl.comm.placement import Placement
-    from p2pfl.config import parse_args, to_yaml, validate
+    from p2pfl.config import parse_args, resolved_peers, to_yaml, validate
     from p2pfl.rounds import RunContext, Runner
     from p2pfl.runtime.device import configure_determinism, select_device
     from p2pfl.runtime.failure import agree
@@ -29,13 +29,12 @@ def _setup_and_run(world: World, argv: Sequence[str] | None) -> int:
         return cfg, print_only
 
     cfg, print_only = agree(world, parse)
+    cfg.peers = resolved_peers(cfg, world.size)
     if print_only:
         if world.is_root:
             print(to_yaml(cfg), end="")
         return 0
-    n_peers = cfg.peers if cfg.peers is not None else world.size
-    if cfg.peers is None:
-        cfg.peers = n_peers
+    n_peers = cfg.peers
 
     def build_graph():
         params = {"p": cfg.p} if cfg.topology == "random" else {}

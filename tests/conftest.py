@@ -1,0 +1,39 @@
+"""Shared test helpers: launching jobs under mpirun, finding the project's data."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+
+
+def mpirun_path() -> str | None:
+    """The mpirun beside this interpreter (the mpich wheel), else one on PATH."""
+    local = Path(sys.executable).parent / "mpirun"
+    return str(local) if local.exists() else shutil.which("mpirun")
+
+
+def run_job(args: list[str], ranks: int = 1, timeout: float = 240, cwd: Path | None = None,
+            env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run `python ARGS` under `mpirun -n ranks` (or plainly for ranks=0) and capture its output."""
+    cmd = [sys.executable, *args]
+    if ranks > 0:
+        launcher = mpirun_path()
+        if launcher is None:
+            pytest.skip("no mpirun available")
+        cmd = [launcher, "-n", str(ranks), *cmd]
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT, env=full_env)
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "runs"
+    path.mkdir()
+    return path

@@ -1,0 +1,31 @@
+"""No hang: a failing rank ends the job within seconds; a silent neighbour triggers the timeout message."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import run_job
+
+pytestmark = pytest.mark.mpi
+BASE = ["-m", "p2pfl.run", "--algorithm", "consensus", "--topology", "cycle", "--peers", "4", "--rounds", "50",
+        "--vector-size", "1000", "--no-progress", "--no-plots"]
+
+
+def test_rank_that_raises_ends_the_job(runs_dir) -> None:
+    start = time.monotonic()
+    proc = run_job([*BASE, "--out", str(runs_dir), "--fault", "raise@2:3"], ranks=4, timeout=120)
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0
+    assert "p2pfl: rank 2 on" in proc.stderr and "failed" in proc.stderr
+    assert "injected fault on rank 2 in round 3" in proc.stderr
+    assert proc.stderr.count("Traceback (most recent call last)") == 1
+    assert elapsed < 100  # the start-up of 4 Python processes dominates; the abort itself is immediate
+
+
+def test_silent_neighbour_triggers_timeout(runs_dir) -> None:
+    proc = run_job([*BASE, "--out", str(runs_dir), "--fault", "silent@1:2", "--timeout", "3"], ranks=4,
+                   timeout=120)
+    assert proc.returncode != 0
+    assert "p2pfl: timeout: peer" in proc.stderr
+    assert "in round 2 for neighbour 1 (rank 1)" in proc.stderr

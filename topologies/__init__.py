@@ -1,0 +1,30 @@
+"""Topologies of the peer graph, their mixing matrices and statistics (SPEC §1).
+
+Adding a topology is one function in one file plus its registration::
+
+    @register("ring-of-cliques")
+    def ring_of_cliques(n: int, seed: int = 0, size: int = 4) -> nx.Graph: ...
+"""
+from __future__ import annotations
+
+from topologies import from_file, generators  # noqa: F401  (register the builtins)
+from topologies.base import TopologyError, build, names, register, registry
+from topologies.from_file import read_graph
+from topologies.mixing import KINDS as MIXING_KINDS
+from topologies.mixing import mixing_matrix
+from topologies.plot import draw
+from topologies.stats import describe, statistics
+
+__all__ = [
+    "MIXING_KINDS",
+    "TopologyError",
+    "build",
+    "describe",
+    "draw",
+    "mixing_matrix",
+    "names",
+    "read_graph",
+    "register",
+    "registry",
+    "statistics",
+]

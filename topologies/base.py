@@ -1,0 +1,81 @@
+"""The topology registry and ``build``: one place that validates every generated graph."""
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Any, Callable
+
+import networkx as nx
+
+Generator = Callable[..., nx.Graph]
+
+registry: dict[str, Generator] = {}
+
+
+class TopologyError(ValueError):
+    """A topology the user asked for cannot be built or used."""
+
+
+def canonical(name: str) -> str:
+    """The registry spelling of a name: lower case, hyphens for underscores (``binary_tree`` -> ``binary-tree``)."""
+    return name.strip().lower().replace("_", "-")
+
+
+def register(name: str) -> Callable[[Generator], Generator]:
+    """Decorator adding ``fn(n, seed, **params) -> nx.Graph`` to the registry under ``name``."""
+
+    def deco(fn: Generator) -> Generator:
+        key = canonical(name)
+        if key in registry:
+            raise TopologyError(f"topology {key!r} is already registered")
+        registry[key] = fn
+        return fn
+
+    return deco
+
+
+def names() -> list[str]:
+    """The registered topology names, sorted."""
+    return sorted(registry)
+
+
+def _check_params(key: str, fn: Generator, params: dict[str, Any]) -> None:
+    sig = inspect.signature(fn)
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return
+    allowed = [p for p in sig.parameters if p not in ("n", "seed")]
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise TopologyError(
+            f"topology {key!r} does not take {', '.join(unknown)}; it takes: {', '.join(allowed) or 'no parameters'}"
+        )
+
+
+def build(name: str, n: int, seed: int = 0, **params: Any) -> nx.Graph:
+    """Build topology ``name`` on peers 0..n-1 and check it is a simple connected graph.
+
+    Parameters whose value is None are dropped, so callers can pass optional settings unconditionally.
+    """
+    key = canonical(name)
+    if key not in registry:
+        raise TopologyError(f"unknown topology {name!r}; known: {', '.join(names())}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise TopologyError(f"topology needs n >= 2 peers (an integer), got {n!r}")
+    fn = registry[key]
+    params = {k: v for k, v in params.items() if v is not None}
+    _check_params(key, fn, params)
+    raw = fn(n, seed, **params)
+    outside = sorted((v for v in raw.nodes if not (isinstance(v, int) and 0 <= v < n)), key=str)
+    if outside:
+        raise TopologyError(f"topology {key!r} has nodes outside 0..{n - 1}: {outside[:5]}")
+    loops = sorted(v for v, _ in nx.selfloop_edges(raw))
+    if loops:
+        raise TopologyError(f"topology {key!r} has self-loops at nodes {loops[:5]}")
+    attrs = {k: (os.fspath(v) if isinstance(v, os.PathLike) else v) for k, v in params.items()}
+    graph = nx.Graph(topology=key, **{k: v for k, v in attrs.items() if isinstance(v, (int, float, str))})
+    graph.add_nodes_from(range(n))
+    graph.add_edges_from(sorted((min(u, v), max(u, v)) for u, v in raw.edges))
+    if not nx.is_connected(graph):
+        parts = nx.number_connected_components(graph)
+        raise TopologyError(f"topology {key!r} on {n} peers is disconnected ({parts} components)")
+    return graph
