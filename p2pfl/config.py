@@ -47,7 +47,7 @@ class RunConfig:
     """Everything a run needs; the resolved object is written to the run folder as config.yaml."""
 
     # run
-    algorithm: str = _opt("consensus", "the method to run", _algorithms)
+    algorithm: str = _opt("dec-ssl", "the method to run", _algorithms)
     topology: str = _opt("cycle", "peer graph (or 'file' with --graph-file)", lambda: _topologies() + ["file"])
     peers: int | None = _opt(None, "number of peers K (default: the MPI world size; 20 without mpirun)")
     rounds: int = _opt(10, "communication rounds")
@@ -66,6 +66,8 @@ class RunConfig:
     eval_every: int = _opt(0, "evaluate every N rounds (0: only at the end)")
     progress: bool = _opt(True, "show a progress bar on rank 0")
     plots: bool = _opt(True, "draw plots into the run folder at the end")
+    checkpoint_every: int = _opt(0, "save every peer's state every N rounds into <run>/checkpoint (0: never)")
+    resume: str | None = _opt(None, "continue the run in this run folder from its last checkpoint")
     fault: str | None = _opt(None, "testing aid: 'raise@RANK:ROUND' or 'silent@PEER:ROUND'")
     # consensus
     vector_size: int = _opt(1_000_000, "floats per peer for --algorithm consensus", section="consensus")
@@ -80,7 +82,7 @@ class RunConfig:
     rotate_groups: int = _opt(1, "G peer groups whose images are rotated by g*360/G degrees", section="data")
     train_subset: int | None = _opt(None, "use only the first N training images (fast runs)", section="data")
     # training
-    model: str = _opt("resnet-small", "encoder architecture", section="training")
+    model: str = _opt("simple-cnn", "encoder architecture (simple-cnn, resnet-small, resnet18, vit-tiny, hf:PATH)", section="training")
     local_epochs: float = _opt(1.0, "local epochs E per round", section="training")
     local_steps: int | None = _opt(None, "local steps per round (overrides --local-epochs)", section="training")
     batch_size: int = _opt(128, "local batch size", section="training")
@@ -98,7 +100,8 @@ class RunConfig:
     probe_epochs: int = _opt(30, "epochs of the linear probe", section="evaluation")
     knn_k: int = _opt(200, "neighbours of the kNN monitor", section="evaluation")
     # MOON and friends
-    mu: float = _opt(5.0, "weight of the MOON/FedProx term", section="moon")
+    mu: float | None = _opt(None, "weight of the MOON / FedProx term (default: 5 for moon, 0.01 for fedprox)",
+                            section="moon")
     prev_models: int = _opt(1, "MOON's pool of previous models", section="moon")
     # FedMuscle
     muscle_m: int = _opt(3, "neighbours M sampled per contrastive step", section="fedmuscle")
@@ -253,6 +256,10 @@ def validate(cfg: RunConfig, world_size: int | None = None) -> None:
     _check(cfg.timeout > 0, "timeout", f"must be > 0 seconds, got {cfg.timeout}")
     _check(cfg.threads >= 1, "threads", f"must be >= 1, got {cfg.threads}")
     _check(cfg.chunk_mb >= 1, "chunk_mb", f"must be >= 1, got {cfg.chunk_mb}")
+    _check(cfg.checkpoint_every >= 0, "checkpoint_every", f"must be >= 0, got {cfg.checkpoint_every}")
+    if cfg.resume is not None:
+        _check(os.path.isfile(os.path.join(cfg.resume, "checkpoint", "state.json")), "resume",
+               f"no checkpoint in {cfg.resume} (run with --checkpoint-every N first)")
     _check(cfg.eval_every >= 0, "eval_every", f"must be >= 0, got {cfg.eval_every}")
     _check(cfg.vector_size >= 1, "vector_size", f"must be >= 1, got {cfg.vector_size}")
     _check(cfg.device in ("auto", "cpu", "cuda"), "device", f"unknown value '{cfg.device}'; allowed: auto, cpu, cuda")
@@ -268,6 +275,7 @@ def validate(cfg: RunConfig, world_size: int | None = None) -> None:
     _check(cfg.batch_size >= 2, "batch_size", f"must be >= 2, got {cfg.batch_size}")
     _check(cfg.lr > 0, "lr", f"must be > 0, got {cfg.lr}")
     _check(cfg.temperature > 0, "temperature", f"must be > 0, got {cfg.temperature}")
+    _check(cfg.mu is None or cfg.mu >= 0, "mu", f"must be >= 0, got {cfg.mu}")
     _check(cfg.prev_models >= 1, "prev_models", f"must be >= 1, got {cfg.prev_models}")
     _check(cfg.muscle_m >= 1, "muscle_m", f"must be >= 1, got {cfg.muscle_m}")
     _check(cfg.contrastive_steps >= 0, "contrastive_steps", f"must be >= 0, got {cfg.contrastive_steps}")
@@ -286,9 +294,12 @@ SINGLE_PROCESS_PEERS = 20
 
 
 def resolved_peers(cfg: RunConfig, world_size: int) -> int:
-    """K: --peers, else the world size, else (one process) the main job's 20 peers."""
+    """K: --peers, else the peers of --peers-spec, else the world size, else (one process) the main job's 20 peers."""
     if cfg.peers is not None:
         return cfg.peers
+    if cfg.peers_spec is not None:
+        from p2pfl.peerspec import spec_peer_count
+        return spec_peer_count(cfg.peers_spec)
     return world_size if world_size > 1 else SINGLE_PROCESS_PEERS
 
 

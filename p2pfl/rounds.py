@@ -20,6 +20,7 @@ from p2pfl.comm.placement import Placement
 from p2pfl.comm.world import World
 from p2pfl.config import RunConfig
 from p2pfl.gossip import consensus_distance
+from p2pfl.runtime.checkpoint import load_peer, load_state, save_peer, save_state
 from p2pfl.runtime.progress import Progress, summary_lines
 from p2pfl.runtime.runfolder import RunFolder
 from p2pfl.seeding import SHARED, numpy_rng
@@ -91,12 +92,13 @@ class Algorithm:
         """Extra entries for summary.json (collective; rank 0's value is written)."""
         return {}
 
-    def state_dict(self) -> dict[str, Any]:
-        """The local peers' state for a checkpoint (see Runner.checkpoint)."""
+    def peer_state(self, peer: int) -> dict[str, Any]:
+        """Everything a checkpoint must keep of one local peer (tensors, plain values); per peer, so that a
+        run can resume on another number of ranks."""
         return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what state_dict returned."""
+    def load_peer_state(self, peer: int, state: dict[str, Any]) -> None:
+        """Restore what peer_state returned."""
 
 
 def active_peers(seed: int, round: int, n_peers: int, rho: float) -> set[int]:
@@ -120,6 +122,18 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _peer_stats(per_peer: dict[int, dict[str, float]]) -> dict[str, float]:
+    """Mean, min and max over peers of every numeric per-peer metric."""
+    out: dict[str, float] = {}
+    for key in sorted({k for m in per_peer.values() for k in m}):
+        values = [m[key] for m in per_peer.values() if isinstance(m.get(key), (int, float))]
+        if values:
+            out[f"{key}_peer_mean"] = sum(values) / len(values)
+            out[f"{key}_peer_min"] = min(values)
+            out[f"{key}_peer_max"] = max(values)
+    return out
+
+
 class Runner:
     """Drives the rounds for this rank's peers and writes what happened."""
 
@@ -130,6 +144,7 @@ class Runner:
         self.cfg = ctx.cfg
         self.start_time = time.time()
         self._fault_kind, self._fault_at = self._parse_fault(self.cfg.fault)
+        self.first_round = 1
 
     @staticmethod
     def _parse_fault(spec: str | None) -> tuple[str | None, tuple[int, int] | None]:
@@ -159,10 +174,12 @@ class Runner:
         cfg, world = self.cfg, self.world
         progress = Progress(cfg.rounds, cfg.progress and world.is_root, f"{cfg.algorithm}/{cfg.topology}")
         cd0 = self._consensus()
-        if world.is_root:
+        if world.is_root and self.first_round == 1:
             self._log({"type": "round", "round": 0, "elapsed_s": 0.0, "consensus_distance": cd0})
+        if self.first_round > 1 and progress._bar is not None:
+            progress._bar.update(self.first_round - 1)
         last_eval = None
-        for t in range(1, cfg.rounds + 1):
+        for t in range(self.first_round, cfg.rounds + 1):
             record = self._round(t)
             if world.is_root:
                 progress.update(**{self.algo.headline: record.get(f"{self.algo.headline}_mean",
@@ -170,6 +187,8 @@ class Runner:
                                    "consensus": record.get("consensus_distance")})
             if cfg.eval_every and t % cfg.eval_every == 0 and t != cfg.rounds:
                 last_eval = self._evaluate(t, final=False)
+            if cfg.checkpoint_every and (t % cfg.checkpoint_every == 0 or t == cfg.rounds):
+                self.checkpoint(t)
         progress.close()
         last_eval = self._evaluate(cfg.rounds, final=True)
         extra = self.algo.summary()
@@ -188,6 +207,24 @@ class Runner:
         self.ctx.folder.write_summary(summary)
         print(summary_lines(summary), flush=True)
         return summary
+
+    def checkpoint(self, round: int) -> None:
+        """Save every local peer's state for `round`; collective."""
+        for peer in self.ctx.local_peers:
+            save_peer(self.ctx.run_dir, peer, round, self.algo.peer_state(peer))
+        self.world.barrier()
+        if self.world.is_root:
+            save_state(self.ctx.run_dir, round, self.ctx.n_peers)
+
+    def restore(self) -> int:
+        """Load the last checkpoint of the run folder; rounds continue after it. Returns its round."""
+        state = load_state(self.ctx.run_dir)
+        if state["peers"] != self.ctx.n_peers:
+            raise ValueError(f"--resume: the checkpoint has {state['peers']} peers, this run {self.ctx.n_peers}")
+        for peer in self.ctx.local_peers:
+            self.algo.load_peer_state(peer, load_peer(self.ctx.run_dir, peer, state["round"], self.ctx.device))
+        self.first_round = state["round"] + 1
+        return state["round"]
 
     def _consensus(self) -> float | None:
         vectors = self.algo.consensus_vectors()
@@ -243,6 +280,7 @@ class Runner:
         if not self.world.is_root:
             return None
         merged = _merge(parts)
+        metrics = {**metrics, **_peer_stats(merged)}
         self._log({"type": "eval", "round": t, "final": final, "metrics": metrics,
                    "per_peer": {str(p): m for p, m in merged.items()}})
         return metrics

@@ -5,36 +5,26 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
+import topologies
+from p2pfl import algorithms
+from p2pfl.comm.exchange import Exchange
+from p2pfl.comm.placement import Placement
 from p2pfl.comm.world import World
+from p2pfl.config import RunConfig, parse_args, resolved_peers, to_yaml, validate
+from p2pfl.rounds import Algorithm, RunContext, Runner
+from p2pfl.runtime.checkpoint import load_state
+from p2pfl.runtime.device import configure_determinism, select_device
+from p2pfl.runtime.failure import abort_on_exception, agree
+from p2pfl.runtime.manifest import base_manifest
+from p2pfl.runtime.progress import placement_table
+from p2pfl.runtime.runfolder import RunFolder, make_run_dir
 
 
-def _setup_and_run(world: World, argv: Sequence[str] | None) -> int:
-    import numpy as np
-
-    import topologies
-    from p2pfl import algorithms
-    from p2pfl.comm.exchange import Exchange
-    from p2pfl.comm.placement import Placement
-    from p2pfl.config import parse_args, resolved_peers, to_yaml, validate
-    from p2pfl.rounds import RunContext, Runner
-    from p2pfl.runtime.device import configure_determinism, select_device
-    from p2pfl.runtime.failure import agree
-    from p2pfl.runtime.manifest import base_manifest
-    from p2pfl.runtime.progress import placement_table
-    from p2pfl.runtime.runfolder import RunFolder, make_run_dir
-
-    def parse():
-        cfg, print_only = parse_args(argv)
-        validate(cfg, world_size=world.size)
-        return cfg, print_only
-
-    cfg, print_only = agree(world, parse)
-    cfg.peers = resolved_peers(cfg, world.size)
-    if print_only:
-        if world.is_root:
-            print(to_yaml(cfg), end="")
-        return 0
-    n_peers = cfg.peers
+def build_context(world: World, cfg: RunConfig, announce: bool = True) -> RunContext:
+    """Graph, weights, device, placement, exchange and run folder for a validated config; collective."""
+    n_peers = cfg.peers = resolved_peers(cfg, world.size)
 
     def build_graph():
         params = {"p": cfg.p} if cfg.topology == "random" else {}
@@ -49,39 +39,66 @@ def _setup_and_run(world: World, argv: Sequence[str] | None) -> int:
     placement = Placement(n_peers, world.size)
     exchange = Exchange(world, graph, placement, timeout=cfg.timeout, chunk_bytes=cfg.chunk_mb << 20,
                         cuda_aware=cfg.cuda_aware_mpi)
-    run_dir = Path(world.bcast(str(make_run_dir(cfg)) if world.is_root else None))
+    resume_round = None
+    if cfg.resume is not None:
+        run_dir = Path(cfg.resume)
+        resume_round = load_state(run_dir)["round"]
+    else:
+        run_dir = Path(world.bcast(str(make_run_dir(cfg)) if world.is_root else None))
     me = {"rank": world.rank, "host": world.host, "device": str(device), "peers": placement.peers_of(world.rank)}
     hosts = world.allgather(me) if world.size > 1 else [me]
     folder = None
     if world.is_root:
-        folder = RunFolder(run_dir, cfg)
+        folder = RunFolder(run_dir, cfg, resume_round=resume_round)
         folder.update_manifest(**base_manifest(
             cfg.to_dict(), world.size, hosts, topologies.describe(graph, W),
             seeds={"seed": cfg.seed, "streams": "numpy/torch streams keyed by (seed, peer, purpose); "
                                                "see p2pfl.seeding"}))
-        print(f"p2pfl: {cfg.algorithm} on {cfg.topology}, {n_peers} peers on {world.size} rank(s); "
-              f"run folder {run_dir}", flush=True)
-        print(placement_table(hosts), flush=True)
-    ctx = RunContext(cfg=cfg, world=world, graph=graph, W=np.asarray(W), placement=placement,
-                     exchange=exchange, device=device, run_dir=run_dir, folder=folder)
-    algorithm = algorithms.get(cfg.algorithm)(ctx)
-    agree(world, algorithm.setup)
-    Runner(ctx, algorithm).run()
+        if announce:
+            print(f"p2pfl: {cfg.algorithm} on {cfg.topology}, {n_peers} peers on {world.size} rank(s); "
+                  f"run folder {run_dir}", flush=True)
+            print(placement_table(hosts), flush=True)
+    return RunContext(cfg=cfg, world=world, graph=graph, W=np.asarray(W), placement=placement,
+                      exchange=exchange, device=device, run_dir=run_dir, folder=folder)
+
+
+def build_algorithm(ctx: RunContext) -> Algorithm:
+    """The configured algorithm with its peers set up (bad input ends every rank cleanly)."""
+    algorithm = algorithms.get(ctx.cfg.algorithm)(ctx)
+    agree(ctx.world, algorithm.setup)
+    return algorithm
+
+
+def _run(world: World, argv: Sequence[str] | None) -> int:
+    def parse():
+        cfg, print_only = parse_args(argv)
+        validate(cfg, world_size=world.size)
+        return cfg, print_only
+
+    cfg, print_only = agree(world, parse)
+    if print_only:
+        cfg.peers = resolved_peers(cfg, world.size)
+        if world.is_root:
+            print(to_yaml(cfg), end="")
+        return 0
+    ctx = build_context(world, cfg)
+    algorithm = build_algorithm(ctx)
+    runner = Runner(ctx, algorithm)
+    if cfg.resume is not None:
+        agree(world, runner.restore)
+    runner.run()
     if world.is_root and cfg.plots:
-        _plots(run_dir)
-    if folder is not None:
-        folder.close()
+        _plots(ctx.run_dir)
+    if ctx.folder is not None:
+        ctx.folder.close()
     return 0
 
 
 def _plots(run_dir: Path) -> None:
-    try:
-        from analysis.plots import plot_run
-        from analysis.runs import load_run
-    except ImportError:
-        return
-    paths = plot_run(load_run(run_dir))
-    if paths:
+    from analysis.plots import plot_run
+    from analysis.runs import load_run
+
+    if plot_run(load_run(run_dir)):
         print(f"p2pfl: plots in {run_dir / 'plots'}", flush=True)
 
 
@@ -89,11 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: any uncaught exception on any rank ends the whole job with that rank's traceback."""
     world = World.detect()
     try:
-        return _setup_and_run(world, argv)
+        return _run(world, argv)
     except SystemExit:
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure must end every rank
-        from p2pfl.runtime.failure import abort_on_exception
         abort_on_exception(world, exc)
         return 1
 

@@ -4,7 +4,16 @@ from __future__ import annotations
 import importlib
 
 _REGISTRY = {
+    "dec-ssl": "p2pfl.algorithms.dec_ssl:DecSSL",
+    "dec-sl": "p2pfl.algorithms.supervised:DecSL",
+    "local": "p2pfl.algorithms.fedmuscle:Local",  # supervised Local, or FedMuscleLocal with --peers-spec
+    "fedmuscle": "p2pfl.algorithms.fedmuscle:FedMuscle",
     "consensus": "p2pfl.algorithms.consensus:Consensus",
+    "moon": "p2pfl.algorithms.moon:Moon",
+    "fedavg": "p2pfl.algorithms.fedavg:FedAvg",
+    "fedprox": "p2pfl.algorithms.fedavg:FedProx",
+    "scaffold": "p2pfl.algorithms.fedavg:Scaffold",
+    "solo": "p2pfl.algorithms.fedavg:Solo",
 }
 
 

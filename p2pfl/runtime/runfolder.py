@@ -1,6 +1,7 @@
 """The run folder: config.yaml, manifest.json, metrics.jsonl (incremental), summary.json, plots/."""
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,28 @@ def make_run_dir(cfg: RunConfig) -> Path:
 class RunFolder:
     """Rank 0's writer of the run folder; every file but metrics.jsonl is replaced atomically."""
 
-    def __init__(self, path: Path, cfg: RunConfig) -> None:
+    def __init__(self, path: Path, cfg: RunConfig, resume_round: int | None = None) -> None:
         self.path = Path(path)
         write_atomic(self.path / "config.yaml", to_yaml(cfg))
         self.manifest: dict[str, Any] = {}
+        if resume_round is not None:
+            self._truncate_metrics(resume_round)
         self.metrics = JsonLines(self.path / "metrics.jsonl")
+
+    def _truncate_metrics(self, last_round: int) -> None:
+        """Keep the records of rounds up to the checkpoint, so a resumed run appends where it left off."""
+        path = self.path / "metrics.jsonl"
+        if not path.exists():
+            return
+        kept = []
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if record.get("round", 0) <= last_round:
+                kept.append(line + "\n")
+        write_atomic(path, "".join(kept))
 
     def update_manifest(self, **entries: Any) -> None:
         self.manifest.update(entries)

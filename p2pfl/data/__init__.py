@@ -1,0 +1,38 @@
+"""Data layer: datasets, partitions across peers, batched augmentations, per-peer loaders and task transforms.
+
+Everything here is a pure function of (seed, K) or of (seed, peer, purpose) streams from :mod:`p2pfl.seeding`,
+so results never depend on how peers are placed on processes.
+"""
+from p2pfl.data.augment import (
+    DATASET_STATS,
+    SimCLRAugment,
+    dataset_stats,
+    normalize,
+    supervised_augment,
+)
+from p2pfl.data.datasets import (
+    DATASETS,
+    DatasetNotFound,
+    ImageDataset,
+    data_root,
+    ensure_dataset,
+    load_dataset,
+    synthetic_dataset,
+)
+from p2pfl.data.loader import PeerData
+from p2pfl.data.partition import (
+    PARTITIONS,
+    PartitionError,
+    class_counts,
+    partition,
+    rotate_images,
+    rotation_groups,
+)
+from p2pfl.data.tasks import TASKS, apply_task, make_mosaic, split_public, task_info, transform_task
+
+__all__ = [
+    "DATASETS", "DATASET_STATS", "DatasetNotFound", "ImageDataset", "PARTITIONS", "PartitionError", "PeerData",
+    "SimCLRAugment", "TASKS", "apply_task", "class_counts", "data_root", "dataset_stats", "ensure_dataset",
+    "load_dataset", "make_mosaic", "normalize", "partition", "rotate_images", "rotation_groups", "split_public",
+    "supervised_augment", "synthetic_dataset", "task_info", "transform_task",
+]

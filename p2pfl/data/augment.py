@@ -1,0 +1,281 @@
+"""Batched image augmentations on the images' own device, driven by a ``torch.Generator``.
+
+Every random choice for a batch is drawn up front as tensors (no per-image Python loop), so a batch of B
+images costs a handful of tensor ops. Given the same generator state, the output is the same.
+
+- :class:`SimCLRAugment`: RandomResizedCrop (scale 0.08–1, ratio 3/4–4/3) and horizontal flip as one per-sample
+  affine grid + ``grid_sample``; ColorJitter(0.4, 0.4, 0.4, 0.1) with p = 0.8, its four parts in a per-sample
+  random order as in torchvision; RandomGrayscale p = 0.2; normalise (SPEC §4; no blur on CIFAR).
+  One-channel images get brightness and contrast only.
+- :func:`supervised_augment`: random crop with 4-pixel padding and horizontal flip (MOON's CIFAR recipe).
+- :func:`normalize`: uint8 → float in [0, 1] → (x − mean) / std, for evaluation.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+# Per-channel mean and std of the training images, in [0, 1] units.
+DATASET_STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "fashion-mnist": ((0.2860,), (0.3530,)),
+    "synthetic": ((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
+}
+
+_GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale
+
+
+def dataset_stats(name: str, channels: int | None = None) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(mean, std) per channel for a dataset name; unknown names get 0.5 / 0.25. ``channels`` trims or
+    repeats the tuples to that many channels."""
+    mean, std = DATASET_STATS.get(name, ((0.5,), (0.25,)))
+    if channels is not None and len(mean) != channels:
+        mean, std = (mean[0],) * channels, (std[0],) * channels
+    return tuple(mean), tuple(std)
+
+
+def to_float(x: torch.Tensor) -> torch.Tensor:
+    """uint8 images → float32 in [0, 1]; float images are returned as float32 unchanged."""
+    return x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
+
+
+def _stat(values: Sequence[float], x: torch.Tensor) -> torch.Tensor:
+    return torch.as_tensor(values, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
+
+
+def normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
+    """Evaluation transform: uint8 (or [0, 1] float) images B×C×H×W → (x/255 − mean) / std as float32."""
+    xf = to_float(x)
+    return (xf - _stat(mean, xf)) / _stat(std, xf)
+
+
+# ------------------------------------------------------------------------------------------------ geometry
+
+def sample_crop_boxes(batch: int, height: int, width: int, generator: torch.Generator,
+                      scale: tuple[float, float] = (0.08, 1.0),
+                      ratio: tuple[float, float] = (3 / 4, 4 / 3), device=None, attempts: int = 10) -> torch.Tensor:
+    """Per-sample RandomResizedCrop boxes (top, left, h, w) as a B×4 float tensor, torchvision's rule batched:
+    up to ``attempts`` (area, log-ratio) draws per sample, the first that fits wins; otherwise a central crop
+    with the ratio clamped to ``ratio``."""
+    area = height * width
+    u = torch.rand(batch, attempts, 4, generator=generator, device=device, dtype=torch.float64)
+    target_area = area * (scale[0] + (scale[1] - scale[0]) * u[..., 0])
+    log_r = math.log(ratio[0]) + (math.log(ratio[1]) - math.log(ratio[0])) * u[..., 1]
+    aspect = torch.exp(log_r)
+    w = torch.round(torch.sqrt(target_area * aspect))
+    h = torch.round(torch.sqrt(target_area / aspect))
+    ok = (w > 0) & (h > 0) & (w <= width) & (h <= height)
+    # torch.randint(0, H - h + 1) batched: floor(u * (H - h + 1))
+    top = torch.floor(u[..., 2] * (height - h + 1)).clamp(min=0)
+    left = torch.floor(u[..., 3] * (width - w + 1)).clamp(min=0)
+    first = torch.argmax(ok.to(torch.int8), dim=1)  # first valid attempt (0 when none)
+    pick = lambda t: t.gather(1, first[:, None])[:, 0]  # noqa: E731
+    boxes = torch.stack([pick(top), pick(left), pick(h), pick(w)], dim=1)
+    # fallback: central crop, whole image with the aspect ratio clamped
+    in_ratio = width / height
+    if in_ratio < ratio[0]:
+        fw, fh = width, int(round(width / ratio[0]))
+    elif in_ratio > ratio[1]:
+        fh, fw = height, int(round(height * ratio[1]))
+    else:
+        fw, fh = width, height
+    fallback = torch.tensor([(height - fh) // 2, (width - fw) // 2, fh, fw], dtype=boxes.dtype, device=boxes.device)
+    any_ok = ok.any(dim=1, keepdim=True)
+    return torch.where(any_ok, boxes, fallback.expand_as(boxes)).float()
+
+
+def crop_resize_flip(x: torch.Tensor, boxes: torch.Tensor, flip: torch.Tensor, size: int | tuple[int, int],
+                     ) -> torch.Tensor:
+    """Crop each image to its box (top, left, h, w), resize bilinearly to ``size`` and mirror it where ``flip``,
+    all in one ``grid_sample`` over per-sample affine grids. A full-image box with no flip is the identity."""
+    xf = to_float(x)
+    b, _, height, width = xf.shape
+    out_h, out_w = (size, size) if isinstance(size, int) else size
+    top, left, h, w = boxes.to(xf.dtype).unbind(1)
+    sx = w / width
+    sy = h / height
+    cx = 2 * (left + w / 2) / width - 1
+    cy = 2 * (top + h / 2) / height - 1
+    sign = 1 - 2 * flip.to(xf.dtype)
+    theta = torch.zeros(b, 2, 3, dtype=xf.dtype, device=xf.device)
+    theta[:, 0, 0] = sx * sign
+    theta[:, 0, 2] = cx
+    theta[:, 1, 1] = sy
+    theta[:, 1, 2] = cy
+    grid = F.affine_grid(theta, [b, xf.shape[1], out_h, out_w], align_corners=False)
+    return F.grid_sample(xf, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+
+# ------------------------------------------------------------------------------------------------ colour
+
+def _gray(x: torch.Tensor) -> torch.Tensor:
+    """B×1×H×W luminance of RGB (or the single channel of gray) images."""
+    if x.shape[1] == 1:
+        return x
+    r, g, b = x.unbind(1)
+    return (_GRAY_WEIGHTS[0] * r + _GRAY_WEIGHTS[1] * g + _GRAY_WEIGHTS[2] * b).unsqueeze(1)
+
+
+def _blend(a: torch.Tensor, b: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    f = factor.view(-1, 1, 1, 1)
+    return (f * a + (1 - f) * b).clamp_(0, 1)
+
+
+def adjust_brightness(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """Per-sample brightness: x · factor, clipped to [0, 1] (torchvision's adjust_brightness, batched)."""
+    return (x * factor.view(-1, 1, 1, 1)).clamp_(0, 1)
+
+
+def adjust_contrast(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """Per-sample contrast: blend with the image's mean luminance (torchvision's adjust_contrast, batched)."""
+    mean = _gray(x).mean(dim=(1, 2, 3), keepdim=True)
+    return _blend(x, mean.expand_as(x), factor)
+
+
+def adjust_saturation(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """Per-sample saturation: blend with the grayscale image (torchvision's adjust_saturation, batched)."""
+    return _blend(x, _gray(x).expand_as(x), factor)
+
+
+def rgb_to_hsv(x: torch.Tensor) -> torch.Tensor:
+    """B×3×H×W RGB in [0, 1] → HSV with hue in [0, 1)."""
+    r, g, b = x.unbind(1)
+    maxc, _ = x.max(dim=1)
+    minc, _ = x.min(dim=1)
+    delta = maxc - minc
+    s = torch.where(maxc > 0, delta / torch.where(maxc > 0, maxc, torch.ones_like(maxc)), torch.zeros_like(maxc))
+    safe = torch.where(delta > 0, delta, torch.ones_like(delta))
+    hr = torch.remainder((g - b) / safe, 6.0)
+    hg = (b - r) / safe + 2.0
+    hb = (r - g) / safe + 4.0
+    h = torch.where(maxc == r, hr, torch.where(maxc == g, hg, hb))
+    h = torch.where(delta > 0, h / 6.0, torch.zeros_like(h))
+    return torch.stack([torch.remainder(h, 1.0), s, maxc], dim=1)
+
+
+def hsv_to_rgb(x: torch.Tensor) -> torch.Tensor:
+    """B×3×H×W HSV (hue in [0, 1)) → RGB in [0, 1], branch-free: channel n ∈ (5, 3, 1) is
+    v − v·s·clamp(min(k, 4 − k), 0, 1) with k = (n + 6h) mod 6."""
+    h, s, v = x.unbind(1)
+    n = torch.tensor([5.0, 3.0, 1.0], dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
+    k = torch.remainder(n + 6.0 * h.unsqueeze(1), 6.0)
+    ramp = torch.minimum(k, 4.0 - k).clamp_(0, 1)
+    vv = v.unsqueeze(1)
+    return (vv - vv * s.unsqueeze(1) * ramp).clamp_(0, 1)
+
+
+def adjust_hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """Per-sample hue rotation by ``shift`` ∈ [−0.5, 0.5] turns (torchvision's adjust_hue, batched)."""
+    hsv = rgb_to_hsv(x)
+    h = torch.remainder(hsv[:, 0] + shift.view(-1, 1, 1), 1.0)
+    return hsv_to_rgb(torch.stack([h, hsv[:, 1], hsv[:, 2]], dim=1))
+
+
+# ------------------------------------------------------------------------------------------------ SimCLR
+
+class SimCLRAugment:
+    """SimCLR view generator for a batch: crop+resize, flip, colour jitter, grayscale, normalise.
+
+    ``__call__(x, generator)`` takes uint8 (or [0, 1] float) images B×C×H×W on any device and a generator on
+    that device, and returns float32 B×C×size×size. Probabilities and strengths are arguments so that tests
+    (and ablations) can switch parts off.
+    """
+
+    def __init__(self, image_size: int, channels: int, mean: Sequence[float], std: Sequence[float],
+                 scale: tuple[float, float] = (0.08, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3),
+                 flip_p: float = 0.5, jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.4, 0.1),
+                 jitter_p: float = 0.8, gray_p: float = 0.2):
+        if channels not in (1, 3):
+            raise ValueError(f"SimCLRAugment supports 1 or 3 channels, not {channels}")
+        if len(mean) != channels or len(std) != channels:
+            raise ValueError(f"mean and std need {channels} values each, got {len(mean)} and {len(std)}")
+        self.image_size = int(image_size)
+        self.channels = channels
+        self.mean = tuple(float(m) for m in mean)
+        self.std = tuple(float(s) for s in std)
+        self.scale = scale
+        self.ratio = ratio
+        self.flip_p = flip_p
+        self.jitter = jitter
+        self.jitter_p = jitter_p
+        self.gray_p = gray_p
+
+    def __repr__(self) -> str:
+        return (f"SimCLRAugment(size={self.image_size}, channels={self.channels}, scale={self.scale}, "
+                f"flip_p={self.flip_p}, jitter={self.jitter}, jitter_p={self.jitter_p}, gray_p={self.gray_p})")
+
+    def _factor_range(self, strength: float) -> tuple[float, float]:
+        return max(0.0, 1.0 - strength), 1.0 + strength
+
+    def unnormalized(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """The augmented views in [0, 1], before normalisation."""
+        if x.dim() != 4 or x.shape[1] != self.channels:
+            raise ValueError(f"expected images B×{self.channels}×H×W, got shape {tuple(x.shape)}")
+        dev = x.device
+        b, _, height, width = x.shape
+        # all random draws, in a fixed order
+        boxes = sample_crop_boxes(b, height, width, generator, self.scale, self.ratio, device=dev)
+        flip = torch.rand(b, generator=generator, device=dev) < self.flip_p
+        apply_jitter = torch.rand(b, generator=generator, device=dev) < self.jitter_p
+        u = torch.rand(b, 4, generator=generator, device=dev)
+        order = torch.argsort(torch.rand(b, 4, generator=generator, device=dev), dim=1)
+        to_gray = torch.rand(b, generator=generator, device=dev) < self.gray_p
+
+        out = crop_resize_flip(x, boxes, flip, self.image_size)
+
+        bri, con, sat, hue = self.jitter
+        factors = []
+        for k, s in enumerate((bri, con, sat)):
+            lo, hi = self._factor_range(s)
+            factors.append(lo + (hi - lo) * u[:, k])
+        factors.append(-hue + 2 * hue * u[:, 3])
+        ops = [adjust_brightness, adjust_contrast, adjust_saturation, adjust_hue]
+        active = [bri > 0, con > 0, sat > 0 and self.channels == 3, hue > 0 and self.channels == 3]
+        if self.jitter_p > 0 and any(active):
+            for position in range(4):
+                for op_id in range(4):
+                    if not active[op_id]:
+                        continue
+                    sel = apply_jitter & (order[:, position] == op_id)
+                    if bool(sel.any()):
+                        out[sel] = ops[op_id](out[sel], factors[op_id][sel])
+        if self.channels == 3 and self.gray_p > 0 and bool(to_gray.any()):
+            out[to_gray] = _gray(out[to_gray]).expand(-1, 3, -1, -1)
+        return out
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """One augmented, normalised view of every image in the batch."""
+        out = self.unnormalized(x, generator)
+        return (out - _stat(self.mean, out)) / _stat(self.std, out)
+
+
+# ------------------------------------------------------------------------------------------------ supervised
+
+def supervised_augment(x: torch.Tensor, generator: torch.Generator, mean: Sequence[float], std: Sequence[float],
+                       padding: int = 4, flip_p: float = 0.5, padding_mode: str = "constant") -> torch.Tensor:
+    """Supervised training transform: random crop of the original size from the image padded by ``padding``
+    (zeros, or "reflect" as in MOON's CIFAR-10 code), horizontal flip with ``flip_p``, then normalise.
+    Cropping and flipping are one gather on the uint8 batch."""
+    b, c, height, width = x.shape
+    dev = x.device
+    oy = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=dev)
+    ox = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=dev)
+    flip = torch.rand(b, generator=generator, device=dev) < flip_p
+    if padding > 0:
+        if padding_mode == "constant":
+            padded = F.pad(x, (padding,) * 4)
+        else:
+            padded = F.pad(x.float(), (padding,) * 4, mode=padding_mode).to(x.dtype)
+    else:
+        padded = x
+    rows = oy[:, None] + torch.arange(height, device=dev)[None]
+    cols_fwd = torch.arange(width, device=dev)[None]
+    cols = ox[:, None] + torch.where(flip[:, None], width - 1 - cols_fwd, cols_fwd)
+    bi = torch.arange(b, device=dev)[:, None, None, None]
+    ci = torch.arange(c, device=dev)[None, :, None, None]
+    out = padded[bi, ci, rows[:, None, :, None], cols[:, None, None, :]]
+    return normalize(out, mean, std)

@@ -1,0 +1,83 @@
+"""Dec-SSL end to end: FedBN mixing, a short run under mpirun -n 4, the same metrics on 1 and 4 ranks."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import run_job
+from helpers_inproc import setup_algorithm
+from p2pfl.gossip import mixing_row
+
+
+def _fill_distinct(models: dict[int, nn.Module]) -> dict[int, dict[str, torch.Tensor]]:
+    before = {}
+    for p, model in models.items():
+        gen = torch.Generator().manual_seed(100 + p)
+        with torch.no_grad():
+            for t in list(model.parameters()) + [b for b in model.buffers() if b.is_floating_point()]:
+                t.copy_(torch.rand(t.shape, generator=gen) + 0.5)
+        before[p] = {k: v.clone() for k, v in model.state_dict().items()}
+    return before
+
+
+@pytest.mark.parametrize("fedbn", [True, False])
+def test_fedbn_never_mixes_batchnorm_and_mixes_everything_else(tmp_path: Path, fedbn: bool) -> None:
+    ctx, algo = setup_algorithm(tmp_path, algorithm="dec-ssl", model="resnet-small", fedbn=fedbn,
+                                topology="cycle")
+    before = _fill_distinct(algo.models)
+    algo.communicate(1, set(range(4)))
+    bn_modules = (nn.BatchNorm1d, nn.BatchNorm2d)
+    bn_names = {f"{m}.{t}" for m, mod in algo.models[0].named_modules() if isinstance(mod, bn_modules)
+                for t in ("weight", "bias", "running_mean", "running_var")}
+    assert bn_names, "the model has BatchNorm layers"
+    for p, model in algo.models.items():
+        state = model.state_dict()
+        for name, value in state.items():
+            if not value.is_floating_point():
+                continue
+            expected = sum(w * before[j][name] for j, w in mixing_row(ctx.W, p, set(range(4))))
+            if fedbn and name in bn_names:
+                assert torch.equal(value, before[p][name]), name
+            else:
+                assert torch.allclose(value, expected, atol=1e-6), name
+                assert not torch.allclose(value, before[p][name]), name
+
+
+SHORT = ["-m", "p2pfl.run", "--algorithm", "dec-ssl", "--dataset", "synthetic", "--peers", "8", "--topology",
+         "random", "--p", "0.5", "--rounds", "2", "--local-steps", "2", "--batch-size", "32", "--probe-epochs", "2",
+         "--knn-k", "20", "--no-progress", "--partition", "dirichlet", "--alpha", "0.5", "--eval-every", "1"]
+
+
+def _records(run_dir: Path) -> list[dict]:
+    out = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        for key in ("elapsed_s", "time_compute_s", "time_comm_s", "time_wait_s"):
+            record.pop(key, None)
+        out.append(record)
+    return out
+
+
+@pytest.mark.mpi
+def test_short_run_on_4_ranks_writes_everything_and_matches_1_rank(runs_dir: Path) -> None:
+    for ranks, name in ((4, "four"), (0, "one")):
+        proc = run_job([*SHORT, "--out", str(runs_dir), "--name", name] + (["--no-plots"] if ranks == 0 else []),
+                       ranks=ranks, timeout=400)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    four = runs_dir / "four"
+    for name in ("config.yaml", "manifest.json", "metrics.jsonl", "summary.json"):
+        assert (four / name).is_file(), name
+    for plot in ("metrics.png", "consensus.png", "topology.png", "partition.png"):
+        assert (four / "plots" / plot).is_file(), plot
+    manifest = json.loads((four / "manifest.json").read_text())
+    counts = manifest["partition"]["class_counts"]
+    assert len(counts) == 8 and sum(map(sum, counts)) == manifest["dataset"]["train"]
+    assert [h["peers"] for h in manifest["hosts"]] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    summary = json.loads((four / "summary.json").read_text())
+    assert 0.0 <= summary["final"]["probe_acc_avg"] <= 1.0
+    assert "probe_acc_peer_min" in summary["final"]
+    assert _records(four) == _records(runs_dir / "one")  # the same numbers, bit for bit
