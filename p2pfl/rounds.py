@@ -252,6 +252,7 @@ class Runner:
             "sent": {p: stats.peer_sent.get(p, 0) - sent0.get(p, 0) for p in ctx.local_peers},
             "recv": {p: stats.peer_recv.get(p, 0) - recv0.get(p, 0) for p in ctx.local_peers},
             "compute_s": (t1 - t0) + (t2 - t1 - comm - wait), "comm_s": comm, "wait_s": wait,
+            "local_s": t1 - t0,
         }
         parts = self.world.gather(part) if self.world.size > 1 else [part]
         if not self.world.is_root:
@@ -271,6 +272,8 @@ class Runner:
         record["time_compute_s"] = max(p["compute_s"] for p in parts)
         record["time_comm_s"] = max(p["comm_s"] for p in parts)
         record["time_wait_s"] = max(p["wait_s"] for p in parts)
+        record["time_local_s"] = max(p["local_s"] for p in parts)
+        record["round_s"] = time.perf_counter() - t0
         self._log(record)
         return record
 

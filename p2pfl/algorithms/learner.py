@@ -8,7 +8,7 @@ network average, per-peer evaluation and the weight drift.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -37,7 +37,8 @@ class Learner(Algorithm):
         self.buffers: dict[int, torch.Tensor] = {}
         self.optimizers: dict[int, torch.optim.Optimizer] = {}
         self.aug: dict[int, torch.Generator] = {}
-        self._batches: dict[int, Iterator[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._order: dict[int, torch.Tensor] = {}  # the current epoch's order of each shard
+        self._pos: dict[int, int] = {}  # batches of it already used
 
     # ------------------------------------------------------------------ what a method supplies
     def make_model(self) -> nn.Module:
@@ -119,14 +120,14 @@ class Learner(Algorithm):
         return max(1, round(self.cfg.local_epochs * per_epoch))
 
     def next_batch(self, peer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The next batch of the peer's endless sequence of shuffled epochs."""
-        while True:
-            it = self._batches.get(peer)
-            if it is not None:
-                batch = next(it, None)
-                if batch is not None:
-                    return batch
-            self._batches[peer] = iter(self.data[peer].batches(self.batch_size(peer)))
+        """The next batch of the peer's endless sequence of shuffled epochs (drop-last batching)."""
+        data, size = self.data[peer], self.batch_size(peer)
+        pos = self._pos.get(peer, 0)
+        if peer not in self._order or pos >= data.steps_per_epoch(size):
+            self._order[peer], pos = data.permutation(), 0
+        idx = self._order[peer][pos * size:(pos + 1) * size]
+        self._pos[peer] = pos + 1
+        return data.x[idx], data.y[idx]
 
     def local_update(self, peer: int, round: int) -> dict[str, float]:
         model = self.models[peer]
@@ -190,7 +191,8 @@ class Learner(Algorithm):
     def peer_state(self, peer: int) -> dict[str, Any]:
         state: dict[str, Any] = {"model": self.models[peer].state_dict(),
                                  "augment_rng": self.aug[peer].get_state(),
-                                 "data_rng": self.data[peer].generator.get_state()}
+                                 "data_rng": self.data[peer].generator.get_state(),
+                                 "epoch_order": self._order.get(peer), "epoch_pos": self._pos.get(peer, 0)}
         if peer in self.optimizers and self.cfg.keep_optimizer:
             state["optimizer"] = self.optimizers[peer].state_dict()
         return state
@@ -199,6 +201,8 @@ class Learner(Algorithm):
         self.models[peer].load_state_dict(state["model"])
         self.aug[peer].set_state(state["augment_rng"])
         self.data[peer].generator.set_state(state["data_rng"])
-        self._batches.pop(peer, None)
+        if state["epoch_order"] is not None:
+            self._order[peer] = state["epoch_order"].to(self.ctx.device)
+        self._pos[peer] = state["epoch_pos"]
         if "optimizer" in state:
             self.optimizer(peer, 1).load_state_dict(state["optimizer"])

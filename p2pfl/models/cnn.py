@@ -1,0 +1,37 @@
+"""MOON's small CNN (``SimpleCNN_header``): the CIFAR-10 encoder of the MOON paper (SPEC §5)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from .base import Encoder, check_geometry
+
+
+class SimpleCNN(Encoder):
+    """conv5x5(6)-ReLU-pool2-conv5x5(16)-ReLU-pool2-FC120-ReLU-FC84-ReLU; feat_dim 84.
+
+    The first FC layer's input adapts to the geometry: 16x5x5 = 400 for 32x32 inputs (MOON's CIFAR-10
+    network), 16x4x4 = 256 for 28x28. Layer names follow MOON (conv1, pool, conv2, fc1, fc2). No BatchNorm.
+    Initialisation: each layer's PyTorch default (as in MOON).
+    """
+
+    def __init__(self, in_channels: int = 3, image_size: int = 32, hidden: tuple[int, int] = (120, 84)) -> None:
+        super().__init__()
+        check_geometry("simple-cnn", in_channels, image_size, min_size=16)
+        self.in_channels, self.image_size = int(in_channels), int(image_size)
+        self.conv1 = nn.Conv2d(in_channels, 6, 5)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        side = ((image_size - 4) // 2 - 4) // 2
+        self.flat_dim = 16 * side * side
+        self.fc1 = nn.Linear(self.flat_dim, hidden[0])
+        self.fc2 = nn.Linear(hidden[0], hidden[1])
+        self.feat_dim = int(hidden[1])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(F.relu(self.conv1(x)))
+        x = self.pool(F.relu(self.conv2(x)))
+        x = torch.flatten(x, 1)
+        x = F.relu(self.fc1(x))
+        return F.relu(self.fc2(x))
