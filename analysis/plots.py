@@ -7,15 +7,17 @@ replaced atomically: saved under a temporary name in the same folder, then ``os.
 """
 from __future__ import annotations
 
+import io
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from p2pfl.runtime.files import write_atomic
 
 from .runs import Run, is_number
 
@@ -39,19 +41,10 @@ def _new_figure(width: float, height: float) -> Figure:
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    """Save ``fig`` as PNG to ``path`` atomically (temporary file in the same folder, then os.replace)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png.tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Save ``fig`` as PNG to ``path`` atomically."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    write_atomic(path, buf.getvalue())
     return path
 
 

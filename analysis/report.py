@@ -14,9 +14,10 @@ import argparse
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Sequence
+
+from p2pfl.runtime.files import write_atomic
 
 from .delta import Delta, delta_percent, lower_is_better
 from .runs import Run, RunFolderError, is_number, load_run
@@ -189,21 +190,6 @@ def build_report(runs: Sequence[Run], baseline: Run | None = None, out_path: Pat
     return "\n".join(parts)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry: rebuild plots, print the report and write it to --out."""
     parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n\n")[0])
@@ -235,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     text = build_report(runs, baseline, out_path=out, plots=plots)
     print(text)
-    _write_atomic(out, text)
+    write_atomic(out, text)
     return 0
 
 
