@@ -11,11 +11,13 @@ import io
 import math
 import os
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from p2pfl.runtime.files import write_atomic
 
@@ -24,6 +26,10 @@ from .runs import Run, is_number
 __all__ = [
     "plot_run",
     "plot_metrics",
+    "metric_panels",
+    "metrics_figure",
+    "split_metric_name",
+    "MetricPanel",
     "plot_consensus",
     "plot_topology",
     "plot_partition",
@@ -101,19 +107,39 @@ def consensus_shares(run: Run) -> np.ndarray | None:
     return pi / total
 
 
-# ----- the plots --------------------------------------------------------------------------------------------------
-def plot_metrics(run: Run, out_dir: Path) -> Path | None:
-    """metrics.png: every numeric eval metric against round, and the mean training loss against round."""
-    names: list[str] = []
-    for record in run.evals:
-        for key, value in (record.get("metrics") or {}).items():
-            if is_number(value) and key not in names:
-                names.append(key)
-    panels: list[tuple[str, list[float], list[float]]] = []
-    for name in names:
-        xs, ys = run.series(name, source="evals")
-        if xs:
-            panels.append((name, xs, ys))
+# ----- the metrics plot ------------------------------------------------------------------------------------------
+# Eval metric names: ``<name>_avg`` (the network-average model), ``<name>_peer_mean|_peer_min|_peer_max``
+# (statistics over the peers) share one panel per ``<name>``; any other name is plotted on its own.
+_ROLE_SUFFIXES = (("_peer_mean", "peer_mean"), ("_peer_min", "peer_min"), ("_peer_max", "peer_max"),
+                  ("_avg", "avg"))
+LOSS_PANEL_TITLE = "loss_mean (train)"
+_AVG_COLOR, _PEER_COLOR, _VALUE_COLOR = "tab:blue", "tab:orange", "tab:blue"
+
+Series = tuple[list[float], list[float]]
+
+
+@dataclass
+class MetricPanel:
+    """One panel of metrics.png: a title and its series by role.
+
+    Roles: ``avg``, ``peer_mean``, ``peer_min``, ``peer_max`` for a grouped ``<name>``; ``value`` for a plain
+    eval metric or the training loss. Each series is (rounds, values) with NaNs dropped.
+    """
+
+    title: str
+    series: dict[str, Series] = field(default_factory=dict)
+
+
+def split_metric_name(name: str) -> tuple[str, str]:
+    """(base, role) of an eval metric name: ``probe_acc_peer_min`` -> (``probe_acc``, ``peer_min``);
+    a name without one of the suffixes (or with nothing before it) is (name, ``value``)."""
+    for suffix, role in _ROLE_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)], role
+    return name, "value"
+
+
+def _train_loss(run: Run) -> Series:
     xs, ys = run.series("loss_mean")
     if not xs:  # derive it from the per-peer losses when only those are logged
         for record in run.rounds:
@@ -121,20 +147,129 @@ def plot_metrics(run: Run, out_dir: Path) -> Path | None:
             if losses and is_number(record.get("round")):
                 xs.append(float(record["round"]))
                 ys.append(float(np.mean(losses)))
+    return xs, ys
+
+
+def metric_panels(run: Run) -> list[MetricPanel]:
+    """The panels of metrics.png, in order of first appearance in the eval records, then the training loss.
+
+    Every ``<name>_avg`` / ``<name>_peer_{mean,min,max}`` metric of one ``<name>`` goes into one panel; a
+    plain name gets its own panel (also when it equals some group's ``<name>``). Empty series are left out.
+    """
+    panels: dict[tuple[str, str], MetricPanel] = {}
+    seen: set[str] = set()
+    for record in run.evals:
+        for key, value in (record.get("metrics") or {}).items():
+            if not is_number(value) or key in seen:
+                continue
+            seen.add(key)
+            xs, ys = run.series(key, source="evals")
+            if not xs:
+                continue
+            base, role = split_metric_name(str(key))
+            slot = ("plain", base) if role == "value" else ("group", base)
+            panels.setdefault(slot, MetricPanel(title=base)).series[role] = (xs, ys)
+    result = list(panels.values())
+    xs, ys = _train_loss(run)
     if xs:
-        panels.append(("loss_mean (train)", xs, ys))
+        result.append(MetricPanel(title=LOSS_PANEL_TITLE, series={"value": (xs, ys)}))
+    return result
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _draw_band(ax, series: Mapping[str, Series]) -> None:
+    """The peers' min..max: a shaded band, or an error bar where only one round has both."""
+    lo = dict(zip(*series["peer_min"]))
+    hi = dict(zip(*series["peer_max"]))
+    xs = sorted(set(lo) & set(hi))
+    if not xs:
+        return
+    label = f"peer min..max ({_fmt(lo[xs[-1]])}..{_fmt(hi[xs[-1]])})"
+    if len(xs) >= 2:
+        ax.fill_between(xs, [lo[x] for x in xs], [hi[x] for x in xs], color=_PEER_COLOR, alpha=0.2,
+                        linewidth=0, label=label)
+        return
+    x = xs[0]
+    mean = dict(zip(*series.get("peer_mean", ([], []))))
+    mid = mean.get(x, (lo[x] + hi[x]) / 2)
+    ax.errorbar([x], [mid], yerr=[[max(mid - lo[x], 0.0)], [max(hi[x] - mid, 0.0)]], fmt="none",
+                ecolor=_PEER_COLOR, elinewidth=1.5, capsize=5, label=label)
+
+
+def _draw_panel(ax, panel: MetricPanel) -> None:
+    s = panel.series
+    if "peer_min" in s and "peer_max" in s:
+        _draw_band(ax, s)
+    else:  # only one end of the range was logged: show it as a thin line
+        for role in ("peer_min", "peer_max"):
+            if role in s:
+                xs, ys = s[role]
+                ax.plot(xs, ys, ":", color=_PEER_COLOR, marker="." if len(xs) == 1 else None,
+                        label=f"{role.replace('_', ' ')} ({_fmt(ys[-1])})")
+    if "peer_mean" in s:
+        xs, ys = s["peer_mean"]
+        ax.plot(xs, ys, "-", color=_PEER_COLOR, marker="D" if len(xs) == 1 else None, markersize=5,
+                label=f"peer mean ({_fmt(ys[-1])})")
+    if "avg" in s:
+        xs, ys = s["avg"]
+        ax.plot(xs, ys, "-", color=_AVG_COLOR, marker="o", markersize=5 if len(xs) <= 30 else 2.5,
+                label=f"average model ({_fmt(ys[-1])})")
+    if "value" in s:
+        xs, ys = s["value"]
+        ax.plot(xs, ys, "-", color=_VALUE_COLOR, marker="o" if len(xs) <= 30 else None,
+                markersize=5 if len(xs) == 1 else 3, label=f"last {_fmt(ys[-1])}")
+    # legend in reading order (average model, peer mean, peer range), whatever order things were drawn in
+    handles, labels = ax.get_legend_handles_labels()
+    prefixes = ("average", "peer mean", "peer min..")
+    rank = [next((k for k, p in enumerate(prefixes) if label.startswith(p)), len(prefixes)) for label in labels]
+    order = sorted(range(len(labels)), key=lambda i: rank[i])
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=7, loc="best")
+    ax.margins(y=0.08)
+
+
+def _x_range(run: Run, panels: list[MetricPanel]) -> tuple[float, float]:
+    """0 (or the first round, if earlier) .. the last round recorded, padded so edge markers stay whole."""
+    xs = [x for panel in panels for series_xs, _ in panel.series.values() for x in series_xs]
+    lo = min([0.0, *xs])
+    hi = max([float(run.rounds_done), *xs])
+    if hi <= lo:
+        hi = lo + 1.0
+    pad = 0.04 * (hi - lo)
+    return lo - pad, hi + pad
+
+
+def metrics_figure(run: Run) -> Figure | None:
+    """The figure of metrics.png (see ``metric_panels``), or None when the run has no eval metric and no loss."""
+    panels = metric_panels(run)
     if not panels:
         return None
-    rows, cols = _grid(len(panels))
-    fig = _new_figure(4.2 * cols, 3.2 * rows)
-    for i, (name, xs, ys) in enumerate(panels):
+    rows, cols = (2, 2) if len(panels) == 4 else _grid(len(panels))
+    fig = _new_figure(4.4 * cols, 3.3 * rows)
+    xlim = _x_range(run, panels)
+    for i, panel in enumerate(panels):
         ax = fig.add_subplot(rows, cols, i + 1)
-        ax.plot(xs, ys, marker="o" if len(xs) <= 30 else None, markersize=3)
-        ax.set_title(name)
+        _draw_panel(ax, panel)
+        ax.set_xlim(*xlim)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(panel.title)
         ax.set_xlabel("round")
         ax.grid(True, alpha=0.3)
     fig.suptitle(run.name, fontsize=9)
     fig.tight_layout()
+    return fig
+
+
+# ----- the plots --------------------------------------------------------------------------------------------------
+def plot_metrics(run: Run, out_dir: Path) -> Path | None:
+    """metrics.png: one panel per eval metric ``<name>`` (the average model's ``<name>_avg`` as a line with
+    markers, the peers' ``<name>_peer_mean`` as a line, their min..max as a band), one per plain eval metric,
+    and the mean training loss; all against round, on a shared x-range from 0 to the last round."""
+    fig = metrics_figure(run)
+    if fig is None:
+        return None
     return _save(fig, out_dir / "metrics.png")
 
 

@@ -63,7 +63,7 @@ class RunConfig:
     device: str = _opt("auto", "auto (GPU by node-local rank when present), cpu, or cuda")
     cuda_aware_mpi: bool = _opt(False, "hand GPU buffers to MPI directly instead of staging through pinned memory")
     chunk_mb: int = _opt(1024, "largest MPI message in MiB; bigger buffers travel in chunks")
-    eval_every: int = _opt(0, "evaluate every N rounds (0: only at the end)")
+    eval_every: int = _opt(5, "evaluate every N rounds (0: only at the end)")
     progress: bool = _opt(True, "show a progress bar on rank 0")
     plots: bool = _opt(True, "draw plots into the run folder at the end")
     checkpoint_every: int = _opt(0, "save every peer's state every N rounds into <run>/checkpoint (0: never)")
@@ -82,7 +82,8 @@ class RunConfig:
     rotate_groups: int = _opt(1, "G peer groups whose images are rotated by g*360/G degrees", section="data")
     train_subset: int | None = _opt(None, "use only the first N training images (fast runs)", section="data")
     # training
-    model: str = _opt("simple-cnn", "encoder architecture (simple-cnn, resnet-small, resnet18, vit-tiny, hf:PATH)", section="training")
+    model: str = _opt("simple-cnn", "encoder: simple-cnn, resnet-small, resnet18, vit-tiny, hf:PATH",
+                      section="training")
     local_epochs: float = _opt(1.0, "local epochs E per round", section="training")
     local_steps: int | None = _opt(None, "local steps per round (overrides --local-epochs)", section="training")
     batch_size: int = _opt(128, "local batch size", section="training")

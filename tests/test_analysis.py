@@ -9,13 +9,16 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable, Collection
 
 import numpy as np
 import pytest
 import yaml
+from matplotlib.collections import PolyCollection
 
 from analysis import Run, RunFolderError, delta_percent, load_run, lower_is_better, plot_run
-from analysis.plots import consensus_shares, second_eigenvalue
+from analysis.plots import (LOSS_PANEL_TITLE, consensus_shares, metric_panels, metrics_figure, second_eigenvalue,
+                            split_metric_name)
 from analysis.report import build_report, runs_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,8 +39,14 @@ def star_metropolis(k: int) -> list[list[float]]:
 def make_run(root: Path, name: str, *, algorithm: str = "gossip", k: int = 4, rounds: int = 5,
              acc: list[float] | None = None, per_peer: dict | None = None, peers_spec: list | None = None,
              bytes_per_peer: float = 1024.0, summary: bool = True, partition: bool = True,
-             topology: bool = True, loss: bool = True, consensus: bool = True, evals: bool = True) -> Path:
-    """Write config.yaml, manifest.json, metrics.jsonl (and summary.json) for a synthetic run."""
+             topology: bool = True, loss: bool = True, consensus: bool = True, evals: bool = True,
+             eval_metrics: Callable[[int], dict] | None = None,
+             eval_rounds: Collection[int] | None = None) -> Path:
+    """Write config.yaml, manifest.json, metrics.jsonl (and summary.json) for a synthetic run.
+
+    ``eval_metrics(t)`` gives the eval record's metrics at round t (default accuracy and linear_probe);
+    ``eval_rounds`` the rounds that have an eval record (default every round).
+    """
     path = root / name
     path.mkdir(parents=True)
     config = {"algorithm": algorithm, "topology": {"name": "star", "mixing": "metropolis"}, "peers": k,
@@ -64,11 +73,12 @@ def make_run(root: Path, name: str, *, algorithm: str = "gossip", k: int = 4, ro
         if consensus:
             record["consensus_distance"] = 0.5 * (1.0 - 1.0 / k) ** (2 * t)
         lines.append(json.dumps(record))
-        if evals:
+        if evals and (eval_rounds is None or t in eval_rounds):
             pp = per_peer if (per_peer is not None and t == rounds) else {
                 str(i): {"accuracy": acc[t - 1] + 0.01 * i} for i in range(k)}
             lines.append(json.dumps({"type": "eval", "round": t,
-                                     "metrics": {"accuracy": acc[t - 1], "linear_probe": acc[t - 1] / 2},
+                                     "metrics": (eval_metrics(t) if eval_metrics is not None else
+                                                 {"accuracy": acc[t - 1], "linear_probe": acc[t - 1] / 2}),
                                      "per_peer": pp}))
     (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     if summary:
@@ -163,6 +173,92 @@ def test_plot_run_skips_missing_data(tmp_path):
     bare.mkdir()
     (bare / "config.yaml").write_text("algorithm: gossip\n")
     assert plot_run(load_run(bare)) == []
+
+
+def grouped_metrics(t: int) -> dict:
+    """Eval metrics in the ``<name>_avg`` / ``<name>_peer_{mean,min,max}`` pattern, known values at round t."""
+    return {"probe_acc_avg": 0.5 + 0.01 * t, "knn_acc_avg": 0.4 + 0.01 * t,
+            "probe_acc_peer_mean": 0.45 + 0.01 * t, "probe_acc_peer_min": 0.40 + 0.01 * t,
+            "probe_acc_peer_max": 0.50 + 0.01 * t,
+            "drift_to_avg_peer_mean": 2.0 / t, "drift_to_avg_peer_min": 1.0 / t, "drift_to_avg_peer_max": 3.0 / t}
+
+
+def test_split_metric_name():
+    assert split_metric_name("probe_acc_avg") == ("probe_acc", "avg")
+    assert split_metric_name("probe_acc_peer_min") == ("probe_acc", "peer_min")
+    assert split_metric_name("drift_to_avg_peer_mean") == ("drift_to_avg", "peer_mean")
+    assert split_metric_name("accuracy") == ("accuracy", "value")
+    assert split_metric_name("_avg") == ("_avg", "value")
+
+
+def test_metric_panels_group_avg_and_peer_statistics(tmp_path):
+    rounds = 5
+    run = load_run(make_run(tmp_path, "r", rounds=rounds, eval_metrics=grouped_metrics))
+    panels = metric_panels(run)
+    assert [p.title for p in panels] == ["probe_acc", "knn_acc", "drift_to_avg", LOSS_PANEL_TITLE]
+    probe, knn, drift, loss = panels
+    assert set(probe.series) == {"avg", "peer_mean", "peer_min", "peer_max"}
+    assert set(knn.series) == {"avg"}
+    assert set(drift.series) == {"peer_mean", "peer_min", "peer_max"}
+    ts = [float(t) for t in range(1, rounds + 1)]
+    for panel in panels[:3]:
+        for role, (xs, ys) in panel.series.items():
+            assert xs == ts
+            name = panel.title + "_" + role
+            assert ys == pytest.approx([grouped_metrics(int(t))[name] for t in ts])
+    assert loss.series["value"][1] == pytest.approx([1.0 / t + 0.015 for t in ts])  # mean of 1/t + 0.01 i, i < 4
+    # plain names keep a panel each
+    plain = metric_panels(load_run(make_run(tmp_path, "p", rounds=3)))
+    assert [p.title for p in plain] == ["accuracy", "linear_probe", LOSS_PANEL_TITLE]
+    assert all(set(p.series) == {"value"} for p in plain)
+
+
+def test_metrics_figure_draws_band_between_peer_min_and_max(tmp_path):
+    rounds = 5
+    run = load_run(make_run(tmp_path, "r", rounds=rounds, eval_metrics=grouped_metrics))
+    fig = metrics_figure(run)
+    assert len(fig.axes) == 4  # 3 metric panels + loss
+    probe = fig.axes[0]
+    assert probe.get_title() == "probe_acc"
+    (band,) = probe.collections  # the fill_between
+    verts = band.get_paths()[0].vertices
+    ts = np.arange(1, rounds + 1)
+    lo, hi = 0.40 + 0.01 * ts, 0.50 + 0.01 * ts
+    for x, y in verts:  # every corner of the band lies on the min or the max curve at an eval round
+        assert 1 <= x <= rounds
+        assert np.isclose(y, np.interp(x, ts, lo)) or np.isclose(y, np.interp(x, ts, hi))
+    assert verts[:, 1].min() == pytest.approx(lo.min()) and verts[:, 1].max() == pytest.approx(hi.max())
+    lines = {line.get_label().split(" (")[0]: line for line in probe.get_lines()}
+    assert lines["average model"].get_marker() == "o"
+    assert list(lines["peer mean"].get_ydata()) == pytest.approx(list(0.45 + 0.01 * ts))
+    for ax in fig.axes:  # shared x-range from 0 to the last round
+        left, right = ax.get_xlim()
+        assert left <= 0 and rounds <= right < rounds + 1
+    assert_png(plot_run(run, out_dir=tmp_path / "plots")[0])
+
+
+def test_metrics_figure_single_final_eval_is_readable(tmp_path):
+    rounds = 6
+    run = load_run(make_run(tmp_path, "r", rounds=rounds, eval_metrics=grouped_metrics, eval_rounds={rounds}))
+    fig = metrics_figure(run)
+    assert len(fig.axes) == 4
+    final = grouped_metrics(rounds)
+    for ax, name in zip(fig.axes[:3], ("probe_acc", "knn_acc", "drift_to_avg")):
+        left, right = ax.get_xlim()
+        assert left <= 0 and rounds <= right < rounds + 1  # not a degenerate range around the one point
+        for line in ax.get_lines():
+            if line.get_label().startswith(("average model", "peer mean")):
+                assert line.get_marker() not in (None, "None", "", " ")  # one point: must have a marker
+        if name + "_peer_min" in final:
+            assert not any(isinstance(c, PolyCollection) for c in ax.collections)  # no band of zero width
+            (bar,) = ax.containers  # the min..max range as an error bar at the final round
+            (segments,) = [c for c in bar.lines[2]]
+            (segment,) = segments.get_segments()
+            assert segment[:, 0] == pytest.approx([rounds, rounds])
+            assert sorted(segment[:, 1]) == pytest.approx([final[name + "_peer_min"], final[name + "_peer_max"]])
+            ylo, yhi = ax.get_ylim()
+            assert ylo < final[name + "_peer_min"] and final[name + "_peer_max"] < yhi
+    assert_png(plot_run(run, out_dir=tmp_path / "plots")[0])
 
 
 def test_second_eigenvalue_and_consensus_share_closed_forms():
