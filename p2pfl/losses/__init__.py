@@ -1,0 +1,28 @@
+"""Losses of p2pfl: SimCLR NT-Xent (Dec-SSL), MOON's model-contrastive term, and the FedMuscle family
+(the exact Muscle loss, pairwise InfoNCE, GRAM)."""
+from .gram import GRAM_DEFAULT_TAU, gram_loss, gram_volumes
+from .infonce import infonce, pairwise_infonce
+from .moon import moon_contrastive
+from .muscle import (
+    DEFAULT_MAX_ELEMENTS,
+    MUSCLE_TAU,
+    MUSCLE_TAU_PREV,
+    muscle_loss,
+    muscle_loss_naive,
+)
+from .simclr import nt_xent
+
+__all__ = [
+    "nt_xent",
+    "moon_contrastive",
+    "infonce",
+    "pairwise_infonce",
+    "gram_loss",
+    "gram_volumes",
+    "GRAM_DEFAULT_TAU",
+    "muscle_loss",
+    "muscle_loss_naive",
+    "MUSCLE_TAU",
+    "MUSCLE_TAU_PREV",
+    "DEFAULT_MAX_ELEMENTS",
+]
