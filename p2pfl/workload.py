@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from p2pfl.config import RunConfig
-from p2pfl.data import (ImageDataset, PeerData, class_counts, ensure_dataset, load_dataset, partition,
+from p2pfl.data import (random_subset, ImageDataset, PeerData, class_counts, ensure_dataset, load_dataset, partition,
                         rotate_images, rotation_groups)
 from p2pfl.rounds import RunContext
 
@@ -45,8 +45,10 @@ def load_workload(ctx: RunContext) -> Workload:
                        is_node_leader=world.local_rank == 0)
     dataset = load_dataset(cfg.dataset, cfg.data_dir)
     if cfg.train_subset is not None and cfg.train_subset < dataset.x_train.shape[0]:
-        dataset.x_train = dataset.x_train[:cfg.train_subset]
-        dataset.y_train = dataset.y_train[:cfg.train_subset]
+        keep = torch.as_tensor(random_subset(np.arange(dataset.x_train.shape[0]), cfg.train_subset, cfg.seed,
+                                             f"train-subset/{dataset.name}"))
+        dataset.x_train = dataset.x_train[keep]
+        dataset.y_train = dataset.y_train[keep]
     labels = dataset.y_train.numpy()
     parts = partition(labels, ctx.n_peers, cfg.partition, cfg.seed, alpha=cfg.alpha, beta=cfg.beta,
                       min_size=cfg.min_size, num_classes=dataset.num_classes)

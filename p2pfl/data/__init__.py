@@ -25,6 +25,7 @@ from p2pfl.data.partition import (
     PartitionError,
     class_counts,
     partition,
+    random_subset,
     rotate_images,
     rotation_groups,
 )
@@ -33,6 +34,7 @@ from p2pfl.data.tasks import TASKS, apply_task, make_mosaic, split_public, task_
 __all__ = [
     "DATASETS", "DATASET_STATS", "DatasetNotFound", "ImageDataset", "PARTITIONS", "PartitionError", "PeerData",
     "SimCLRAugment", "TASKS", "apply_task", "class_counts", "data_root", "dataset_stats", "ensure_dataset",
-    "load_dataset", "make_mosaic", "normalize", "partition", "rotate_images", "rotation_groups", "split_public",
+    "load_dataset", "make_mosaic", "normalize", "partition", "random_subset", "rotate_images", "rotation_groups",
+    "split_public",
     "supervised_augment", "synthetic_dataset", "task_info", "transform_task",
 ]

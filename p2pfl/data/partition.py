@@ -193,3 +193,12 @@ def rotate_affine(x: torch.Tensor, angle: float) -> torch.Tensor:
     if x.dtype == torch.uint8:
         return out.round_().clamp_(0, 255).to(torch.uint8)
     return out.to(x.dtype)
+
+
+def random_subset(indices: np.ndarray, size: int, seed: int, purpose: str) -> np.ndarray:
+    """``size`` of ``indices`` drawn from ``numpy_rng(seed, SHARED, purpose)``, ascending (all when fewer).
+
+    Not the first ``size``: the shared CIFAR-10 archive stores both splits sorted by class."""
+    if size >= indices.size:
+        return indices
+    return np.sort(numpy_rng(seed, SHARED, purpose).choice(indices, size=size, replace=False))
