@@ -376,23 +376,13 @@ class FedMuscle(Learner):
         return record
 
     # ------------------------------------------------------------------ alignment
-    def _new_optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
-        cfg = self.cfg
-        if cfg.optimizer == "sgd":
-            opt = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-        elif cfg.optimizer == "adamw":
-            opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        else:
-            opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        return opt
-
     def rep_optimizer(self, peer: int, round: int) -> torch.optim.Optimizer:
         """The optimiser of the peer's representation model (trainable encoder tensors + projection): new each
         round unless --keep-optimizer."""
         opt = self.rep_optimizers.get(peer) if self.cfg.keep_optimizer else None
         if opt is None:
             params = list(self.models[peer].representation_parameters(trainable_only=True))
-            opt = self.rep_optimizers[peer] = self._new_optimizer(params)
+            opt = self.rep_optimizers[peer] = self.make_optimizer(params)
         for group in opt.param_groups:
             group["lr"] = self.lr_at(round)
         return opt

@@ -98,17 +98,19 @@ class Learner(Algorithm):
         cfg = self.cfg
         opt = self.optimizers.get(peer) if cfg.keep_optimizer else None
         if opt is None:
-            params = self.trainable(peer)
-            if cfg.optimizer == "sgd":
-                opt = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-            elif cfg.optimizer == "adamw":
-                opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-            else:
-                opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-            self.optimizers[peer] = opt
+            opt = self.optimizers[peer] = self.make_optimizer(self.trainable(peer))
         for group in opt.param_groups:
             group["lr"] = self.lr_at(round)
         return opt
+
+    def make_optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        """A fresh optimiser of the configured kind over `params`."""
+        cfg = self.cfg
+        if cfg.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        if cfg.optimizer == "adamw":
+            return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     def batch_size(self, peer: int) -> int:
         return max(2, min(self.cfg.batch_size, len(self.data[peer])))
