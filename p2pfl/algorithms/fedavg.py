@@ -1,0 +1,193 @@
+"""MOON's baselines, decentralised (SPEC §5): FedAvg, FedProx, SCAFFOLD and SOLO.
+
+All of them train MOON's network (`MoonNet`: encoder → projection head → classifier on the projection
+output), as the MOON paper does for every method, with cross-entropy on the classifier's logits, and are
+scored by top-1 test accuracy. They differ only in what they add to the local step and what they exchange:
+
+- fedavg: gossip of the trained models. On `--topology complete --mixing uniform` one gossip step is the
+  exact average of the peers' models, i.e. FedAvg (with `--weight-by-data`: the sample-count-weighted FedAvg
+  of MOON's code).
+- fedprox: + (mu/2)·‖w − w_start‖² over the trainable parameters, w_start the model the peer started the round
+  with (its neighbourhood mix). `--mu` defaults to 0.01 for fedprox (the MOON paper's CIFAR-10 value); the
+  MOON default of 5 applies to `--algorithm moon` only.
+- scaffold: control variates (option II of the SCAFFOLD paper). Each peer keeps c_i; the server's c is played
+  by the neighbourhood mix of the peers' c_j (a second gossip message per round, exchange kind "control").
+- solo: local training only, no communication at all.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from p2pfl.algorithms.learner import Learner
+from p2pfl.algorithms.scoring import classifier_scores
+from p2pfl.data import supervised_augment
+from p2pfl.gossip import gossip
+from p2pfl.models import MoonNet, build_encoder
+
+MOON_PROJ_DIM = 256  # MOON's out_dim (the projection width of ModelFedCon), fixed as in the paper
+FEDPROX_MU = 0.01
+
+
+def _logits(model: nn.Module):
+    """MoonNet.forward returns (h, z, logits); scoring wants logits only."""
+    return lambda x: model(x)[2]
+
+
+class FedAvg(Learner):
+    """MOON's network trained with cross-entropy and mixed by gossip of its whole state (BN statistics too)."""
+
+    name = "fedavg"
+    default_mu: float | None = None  # methods with a mu-weighted term set their default
+
+    @property
+    def mu(self) -> float:
+        """The weight of the method's extra term: --mu when given, else the method's own default."""
+        if self.cfg.mu is not None:
+            return float(self.cfg.mu)
+        return float(self.default_mu or 0.0)
+
+    def setup(self) -> None:
+        super().setup()
+        # MOON's CIFAR-10 recipe pads by reflection; torchvision's RandomCrop(32, padding=4) (CIFAR-100) by zeros.
+        self.padding_mode = "reflect" if self.dataset.name == "cifar10" else "constant"
+        if self.default_mu is not None:
+            self.ctx.record_manifest(**{self.name: {"mu": self.mu}})
+
+    def make_model(self) -> nn.Module:
+        encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size)
+        return MoonNet(encoder, self.dataset.num_classes, proj_dim=MOON_PROJ_DIM)
+
+    def augment(self, peer: int, x: torch.Tensor) -> torch.Tensor:
+        """MOON's supervised transform (random crop with 4-pixel padding, flip, normalise) on a uint8 batch."""
+        ds = self.dataset
+        return supervised_augment(x, self.aug[peer], ds.mean, ds.std, padding_mode=self.padding_mode)
+
+    def batch_loss(self, peer: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.loss(peer, self.augment(peer, x), y)
+
+    def loss(self, peer: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The local loss on an already augmented, normalised batch (methods add their terms here)."""
+        _, _, logits = self.models[peer](x)
+        return F.cross_entropy(logits, y)
+
+    def score(self, model: nn.Module, peer: int | None, final: bool) -> dict[str, float]:
+        return classifier_scores(self, model, logits_of=_logits)
+
+
+class Solo(FedAvg):
+    """Each peer trains MOON's network alone on its shard (MOON's SOLO baseline): no communication."""
+
+    name = "solo"
+    communicates = False
+
+
+class FedProx(FedAvg):
+    """FedAvg plus the proximal term (mu/2)·Σ‖w − w_start‖² over the trainable parameters (MOON's code)."""
+
+    name = "fedprox"
+    default_mu = FEDPROX_MU
+
+    def setup(self) -> None:
+        super().setup()
+        self.start: dict[int, list[torch.Tensor]] = {}
+
+    def before_local(self, peer: int, round: int) -> None:
+        params = self.trainable(peer)
+        if peer not in self.start:
+            self.start[peer] = [torch.empty_like(p) for p in params]
+        with torch.no_grad():
+            for p0, p in zip(self.start[peer], params):
+                p0.copy_(p)
+
+    def loss(self, peer: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        ce = super().loss(peer, x, y)
+        if self.mu == 0.0:
+            return ce
+        prox = sum((p - p0).pow(2).sum() for p, p0 in zip(self.trainable(peer), self.start[peer]))
+        return ce + 0.5 * self.mu * prox
+
+
+class Scaffold(FedAvg):
+    """SCAFFOLD with option-II control variates, decentralised.
+
+    Local step: after each optimiser step on the cross-entropy gradient g, w ← w − lr·(c − c_i). With plain SGD
+    this is exactly the step along g + c − c_i (weight decay included); with momentum the correction bypasses
+    the momentum buffer, as in NIID-Bench's SCAFFOLD (the code MOON's authors point to). Then c_i, measured
+    from the displacement, estimates g/(1 − momentum) and the correction stays on the scale of the gradient
+    steps; feeding c − c_i through the momentum buffer instead over-corrects by 1/(1 − momentum) and diverges
+    (CIFAR-10, momentum 0.9: NaN by round 4). After K local steps at learning rate lr:
+        c_i⁺ = c_i − c + (w_start − w) / (K·lr).
+    Communication: the model is gossiped as in fedavg (data-size weighted under --weight-by-data), then the
+    peers gossip their c_i⁺ with the topology's weights W (never data-size weighted: SCAFFOLD's server averages
+    control variates uniformly) and each peer uses the mix Σ_j W_ij c_j⁺ as its c in the next round. On
+    complete/uniform with full participation this mix is the mean of all c_i, i.e. SCAFFOLD's server c.
+    The control variates cover the trainable parameters (not BN running statistics); c and c_i start at zero.
+    """
+
+    name = "scaffold"
+
+    def setup(self) -> None:
+        super().setup()
+        self.c_local: dict[int, torch.Tensor] = {}
+        self.c_mix: dict[int, torch.Tensor] = {}
+        self.w_start: dict[int, torch.Tensor] = {}
+        self._correction: dict[int, list[torch.Tensor]] = {}
+        self._hooked: dict[int, torch.optim.Optimizer] = {}
+        for peer in self.ctx.local_peers:
+            n = sum(p.numel() for p in self.trainable(peer))
+            self.c_local[peer] = torch.zeros(n, device=self.ctx.device)
+            self.c_mix[peer] = torch.zeros(n, device=self.ctx.device)
+            self.w_start[peer] = torch.empty(n, device=self.ctx.device)
+
+    def flat_params(self, peer: int, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The trainable parameters as one float32 vector (the layout of the control variates)."""
+        params = [p.detach().reshape(-1).float() for p in self.trainable(peer)]
+        if out is None:
+            return torch.cat(params)
+        return torch.cat(params, out=out)
+
+    def before_local(self, peer: int, round: int) -> None:
+        self.flat_params(peer, out=self.w_start[peer])
+        diff = self.c_mix[peer] - self.c_local[peer]
+        params = self.trainable(peer)
+        self._correction[peer] = [d.view_as(p) for d, p in zip(diff.split([p.numel() for p in params]), params)]
+
+    def optimizer(self, peer: int, round: int) -> torch.optim.Optimizer:
+        """Learner's optimiser, with the control-variate correction hooked in after each of its steps."""
+        opt = super().optimizer(peer, round)
+        if self._hooked.get(peer) is not opt:
+            opt.register_step_post_hook(lambda o, args, kwargs: self._correct(peer, o))
+            self._hooked[peer] = opt
+        return opt
+
+    @torch.no_grad()
+    def _correct(self, peer: int, opt: torch.optim.Optimizer) -> None:
+        """w ← w − lr·(c − c_i) for every trainable parameter."""
+        lr = opt.param_groups[0]["lr"]
+        for p, d in zip(self.trainable(peer), self._correction[peer]):
+            p.add_(d, alpha=-lr)
+
+    def after_local(self, peer: int, round: int) -> None:
+        steps, lr = self.steps(peer), self.lr_at(round)
+        w = self.flat_params(peer)
+        self.c_local[peer] = self.c_local[peer] - self.c_mix[peer] + (self.w_start[peer] - w) / (steps * lr)
+        self._correction.pop(peer, None)
+
+    def communicate(self, round: int, active: set[int]) -> None:
+        super().communicate(round, active)
+        controls = {p: self.c_local[p] for p in self.ctx.local_peers if p in active}
+        mixed = gossip(self.ctx.exchange, self.ctx.W, controls, round, active, sizes=None, kind="control")
+        for p, vec in mixed.items():
+            self.c_mix[p] = vec
+
+    def peer_state(self, peer: int) -> dict[str, Any]:
+        return {**super().peer_state(peer), "c_local": self.c_local[peer], "c_mix": self.c_mix[peer]}
+
+    def load_peer_state(self, peer: int, state: dict[str, Any]) -> None:
+        super().load_peer_state(peer, state)
+        self.c_local[peer] = state["c_local"].to(self.ctx.device)
+        self.c_mix[peer] = state["c_mix"].to(self.ctx.device)
