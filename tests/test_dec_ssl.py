@@ -81,3 +81,15 @@ def test_short_run_on_4_ranks_writes_everything_and_matches_1_rank(runs_dir: Pat
     assert 0.0 <= summary["final"]["probe_acc_avg"] <= 1.0
     assert "probe_acc_peer_min" in summary["final"]
     assert _records(four) == _records(runs_dir / "one")  # the same numbers, bit for bit
+
+
+def test_neighbour_drift_equals_direct_layer_norm_sum(tmp_path: Path) -> None:
+    ctx, algo = setup_algorithm(tmp_path, algorithm="dec-ssl", model="resnet-small", topology="star")
+    _fill_distinct(algo.models)
+    drift = algo.neighbour_drift(1)
+    for p in range(4):
+        expected = []
+        for q in sorted(ctx.graph.neighbors(p)):
+            pa, pb = dict(algo.models[p].named_parameters()), dict(algo.models[q].named_parameters())
+            expected.append(sum(float((pa[n] - pb[n]).double().norm()) for n in pa))
+        assert drift[p] == pytest.approx(sum(expected) / len(expected), rel=1e-5)

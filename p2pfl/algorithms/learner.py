@@ -185,10 +185,28 @@ class Learner(Algorithm):
             metrics = {f"{k}_avg": v for k, v in self.score(avg, None, final).items()}
         per_peer: dict[int, dict[str, float]] = {}
         if final:
+            between = self.neighbour_drift(round)
             for p, model in self.models.items():
                 model.eval()
-                per_peer[p] = {**self.score(model, p, final), "drift_to_avg": weight_drift(model, avg)}
+                per_peer[p] = {**self.score(model, p, final), "drift_to_avg": weight_drift(model, avg),
+                               "drift_to_neighbours": between[p]}
         return metrics, per_peer
+
+    def neighbour_drift(self, round: int) -> dict[int, float]:
+        """Mean d_w between each local peer and its graph neighbours (one extra exchange of full states)."""
+        vectors = {p: s.flatten() for p, s in self.full.items()}
+        inbox = self.ctx.exchange.exchange(vectors, round, kind="params")
+        out = {}
+        for p, received in inbox.items():
+            state = self.full[p]
+            params = {n for n, _ in self.models[p].named_parameters()}
+            mine = dict(zip(state.names, vectors[p].split(state.sizes)))
+            drifts = []
+            for q in sorted(received):
+                theirs = dict(zip(state.names, received[q].split(state.sizes)))
+                drifts.append(weight_drift({n: mine[n] for n in params}, {n: theirs[n] for n in params}))
+            out[p] = sum(drifts) / len(drifts) if drifts else 0.0
+        return out
 
     def peer_state(self, peer: int) -> dict[str, Any]:
         state: dict[str, Any] = {"model": self.models[peer].state_dict(),
