@@ -56,9 +56,8 @@ def _records(run_dir: Path) -> list[dict]:
     out = []
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         record = json.loads(line)
-        for key in ("elapsed_s", "time_compute_s", "time_comm_s", "time_wait_s"):
-            record.pop(key, None)
-        out.append(record)
+        out.append({k: v for k, v in record.items()
+                    if not k.startswith("time_") and k not in ("elapsed_s", "round_s")})  # wall-clock fields
     return out
 
 
