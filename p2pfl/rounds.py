@@ -176,8 +176,7 @@ class Runner:
         cd0 = self._consensus()
         if world.is_root and self.first_round == 1:
             self._log({"type": "round", "round": 0, "elapsed_s": 0.0, "consensus_distance": cd0})
-        if self.first_round > 1 and progress._bar is not None:
-            progress._bar.update(self.first_round - 1)
+        progress.skip(self.first_round - 1)
         last_eval = None
         for t in range(self.first_round, cfg.rounds + 1):
             record = self._round(t)

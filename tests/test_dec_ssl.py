@@ -90,5 +90,5 @@ def test_neighbour_drift_equals_direct_layer_norm_sum(tmp_path: Path) -> None:
         expected = []
         for q in sorted(ctx.graph.neighbors(p)):
             pa, pb = dict(algo.models[p].named_parameters()), dict(algo.models[q].named_parameters())
-            expected.append(sum(float((pa[n] - pb[n]).double().norm()) for n in pa))
+            expected.append(sum(float((pa[n] - pb[n]).detach().double().norm()) for n in pa))
         assert drift[p] == pytest.approx(sum(expected) / len(expected), rel=1e-5)

@@ -20,6 +20,11 @@ class Progress:
         self._bar.set_postfix({k: _short(v) for k, v in postfix.items() if v is not None}, refresh=False)
         self._bar.update(1)
 
+    def skip(self, rounds: int) -> None:
+        """Mark rounds done before a resume."""
+        if self._bar is not None and rounds > 0:
+            self._bar.update(rounds)
+
     def write(self, line: str) -> None:
         if self._bar is not None:
             self._bar.write(line, file=sys.stderr)
