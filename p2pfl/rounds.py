@@ -177,7 +177,6 @@ class Runner:
         if world.is_root and self.first_round == 1:
             self._log({"type": "round", "round": 0, "elapsed_s": 0.0, "consensus_distance": cd0})
         progress.skip(self.first_round - 1)
-        last_eval = None
         for t in range(self.first_round, cfg.rounds + 1):
             record = self._round(t)
             if world.is_root:
@@ -185,11 +184,11 @@ class Runner:
                                                                   record.get(self.algo.headline)),
                                    "consensus": record.get("consensus_distance")})
             if cfg.eval_every and t % cfg.eval_every == 0 and t != cfg.rounds:
-                last_eval = self._evaluate(t, final=False)
+                self._evaluate(t, final=False)
             if cfg.checkpoint_every and (t % cfg.checkpoint_every == 0 or t == cfg.rounds):
                 self.checkpoint(t)
         progress.close()
-        last_eval = self._evaluate(cfg.rounds, final=True)
+        final = self._evaluate(cfg.rounds, final=True)
         extra = self.algo.summary()
         stats = world.gather(self.ctx.exchange.stats.snapshot()) if world.size > 1 else \
             [self.ctx.exchange.stats.snapshot()]
@@ -198,7 +197,7 @@ class Runner:
         summary = {
             "algorithm": cfg.algorithm, "topology": cfg.topology, "peers": self.ctx.n_peers,
             "rounds": cfg.rounds, "ranks": world.size, "wall_s": time.time() - self.start_time,
-            "run_dir": str(self.ctx.run_dir), "final": last_eval or {},
+            "run_dir": str(self.ctx.run_dir), "final": final or {},
             "consensus_distance_initial": cd0,
             "comm_per_rank": {str(r): s for r, s in enumerate(stats or [])},
             **extra,
