@@ -52,6 +52,16 @@ def placement_table(hosts: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _bytes(n: float) -> str:
+    """A byte count in B, KiB, MiB or GiB."""
+    unit = "B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            break
+        n /= 1024
+    return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
+
+
 def summary_lines(summary: dict) -> str:
     """The closing summary printed once by rank 0."""
     final = summary.get("final", {})
@@ -60,5 +70,10 @@ def summary_lines(summary: dict) -> str:
     for key, value in final.items():
         if isinstance(value, (int, float)):
             parts.append(f"  {key:<28} {value:.6g}")
+    comm = summary.get("communication")
+    if comm and "server_downlink_bytes_per_peer_round" in comm:
+        parts.append(f"  bytes per peer and round: {_bytes(comm['bytes_sent_per_peer_round'])} sent peer to peer; "
+                     f"the paper's server design would send {_bytes(comm['server_downlink_bytes_per_peer_round'])}"
+                     f" down and {_bytes(comm['server_uplink_bytes_per_peer_round'])} up")
     parts.append(f"  run folder: {summary['run_dir']}")
     return "\n".join(parts)
