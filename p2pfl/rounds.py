@@ -77,8 +77,10 @@ class Algorithm:
         """Peer's local work in `round`; returns its per-peer metrics (e.g. {"loss": ...})."""
         return {}
 
-    def communicate(self, round: int, active: set[int]) -> None:
-        """Exchange with neighbours and combine (default: gossip of mix_vectors)."""
+    def communicate(self, round: int, active: set[int]) -> dict[int, dict[str, float]] | None:
+        """Exchange with neighbours and combine; may return per-peer metrics of this phase, which join the
+        peers' local-update metrics in the round record."""
+        return None
 
     def consensus_vectors(self) -> dict[int, torch.Tensor] | None:
         """The local peers' mixed vectors for the consensus distance (None: not applicable)."""
@@ -240,7 +242,8 @@ class Runner:
         t0 = time.perf_counter()
         per_peer = {p: self.algo.local_update(p, t) for p in ctx.local_peers if p in active}
         t1 = time.perf_counter()
-        self.algo.communicate(t, active)
+        for p, metrics in (self.algo.communicate(t, active) or {}).items():
+            per_peer.setdefault(p, {}).update(metrics)
         t2 = time.perf_counter()
         cd = self._consensus()
         comm = stats.time_comm_s - comm0

@@ -208,7 +208,6 @@ class FedMuscle(Learner):
         self.last_align: dict[int, float] = {}
         self.public_digest: dict[int, int] = {}
         self.sample_digest: dict[int, int] = {}
-        self._round_metrics: dict[int, dict[str, float]] = {}
         self.n_public = 0
         self.parts: dict[int, np.ndarray] = {}
 
@@ -369,12 +368,6 @@ class FedMuscle(Learner):
             return F.binary_cross_entropy_with_logits(out, y)
         return F.cross_entropy(out, y)
 
-    def local_update(self, peer: int, round: int) -> dict[str, float]:
-        record = super().local_update(peer, round)
-        # Completed by communicate() with this round's alignment loss before the runner gathers it.
-        self._round_metrics[peer] = record
-        return record
-
     # ------------------------------------------------------------------ alignment
     def rep_optimizer(self, peer: int, round: int) -> torch.optim.Optimizer:
         """The optimiser of the peer's representation model (trainable encoder tensors + projection): new each
@@ -395,13 +388,13 @@ class FedMuscle(Learner):
         model.train()
         return F.normalize(model.represent(x).float(), dim=1)
 
-    def communicate(self, round: int, active: set[int]) -> None:
+    def communicate(self, round: int, active: set[int]) -> dict[int, dict[str, float]] | None:
         cfg = self.cfg
         if not self.communicates or cfg.contrastive_steps == 0:
-            self._round_metrics.clear()
-            return
+            return None
         local_active = [p for p in self.ctx.local_peers if p in active]
         opts = {p: self.rep_optimizer(p, round) for p in local_active}
+        aligned: dict[int, dict[str, float]] = {}
         for step in range(cfg.contrastive_steps):
             idx_np = public_batch_indices(cfg.seed, round, step, self.n_public, cfg.public_batch)
             idx = torch.as_tensor(idx_np, device=self.ctx.device)
@@ -421,10 +414,9 @@ class FedMuscle(Learner):
                 loss.backward()
                 opts[p].step()
                 self.last_align[p] = float(loss.detach())
-                if p in self._round_metrics:
-                    self._round_metrics[p]["muscle_loss"] = self.last_align[p]
+                aligned[p] = {"muscle_loss": self.last_align[p]}
             del reps, payloads, inbox
-        self._round_metrics.clear()
+        return aligned
 
     def consensus_vectors(self) -> None:
         return None
