@@ -1,6 +1,8 @@
-"""Evaluation: features of a frozen encoder, the linear probe, the kNN monitor, test accuracy, weight drift."""
+"""Evaluation: features of a frozen encoder, the linear probe, the kNN monitor, test accuracy, multi-label
+scores, weight drift."""
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -81,3 +83,25 @@ def weight_drift(a: nn.Module | dict[str, torch.Tensor], b: nn.Module | dict[str
     sa = dict(a.named_parameters()) if isinstance(a, nn.Module) else a
     sb = dict(b.named_parameters()) if isinstance(b, nn.Module) else b
     return float(sum(float((sa[n].detach().float() - sb[n].detach().float()).norm()) for n in sa))
+
+
+def multilabel_scores(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+    """mAP (mean over classes with a positive of the average precision, ties in score order of appearance),
+    macro F1 over the same classes and micro F1, predicting a label when its logit is > 0."""
+    scores, t = logits.float().cpu(), targets.float().cpu() > 0.5
+    n, c = scores.shape
+    present = t.any(dim=0)
+    order = torch.argsort(scores, dim=0, descending=True, stable=True)
+    hits = torch.gather(t, 0, order).float()
+    precision = hits.cumsum(0) / torch.arange(1, n + 1, dtype=torch.float32).unsqueeze(1)
+    ap = (precision * hits).sum(0) / hits.sum(0).clamp_min(1)
+    pred = scores > 0
+    tp = (pred & t).sum(0).float()
+    fp = (pred & ~t).sum(0).float()
+    fn = (~pred & t).sum(0).float()
+    f1 = 2 * tp / (2 * tp + fp + fn).clamp_min(1)
+    denom = float(2 * tp.sum() + fp.sum() + fn.sum())
+    if not bool(present.any()):
+        return {"mAP": math.nan, "f1": math.nan, "f1_micro": math.nan}
+    return {"mAP": float(ap[present].mean()), "f1": float(f1[present].mean()),
+            "f1_micro": float(2 * tp.sum()) / denom if denom else math.nan}

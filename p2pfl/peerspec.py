@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 
 from p2pfl.data.datasets import canonical_name
+from p2pfl.data.tasks import CLASSIFICATION_TASKS, MULTILABEL_TASKS
 
 #: task -> the dataset it reads by default (None: the run's --dataset).
 TASK_DATASET: dict[str, str | None] = {
@@ -49,8 +50,6 @@ TASK_DATASET: dict[str, str | None] = {
     "classify": None,
 }
 TASKS = tuple(TASK_DATASET)
-#: Tasks whose target is the (possibly restricted) class label.
-CLASSIFICATION_TASKS = ("cifar10", "fashion-mnist", "cifar100", "synthetic", "classify")
 #: Datasets with the CIFAR-10 class order that cifar10-coarse relies on (synthetic just has 10 classes).
 COARSE_DATASETS = ("cifar10", "synthetic")
 NUM_CLASSES = {"cifar10": 10, "fashion-mnist": 10, "cifar100": 100}
@@ -85,7 +84,7 @@ class PeerEntry:
 
     @property
     def multilabel(self) -> bool:
-        return self.task == "mosaic"
+        return self.task in MULTILABEL_TASKS
 
     @property
     def metric(self) -> str:

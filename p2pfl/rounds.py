@@ -20,7 +20,7 @@ from p2pfl.comm.placement import Placement
 from p2pfl.comm.world import World
 from p2pfl.config import RunConfig
 from p2pfl.gossip import consensus_distance
-from p2pfl.runtime.checkpoint import load_peer, load_state, save_peer, save_state
+from p2pfl.runtime.checkpoint import load_peer, load_state, record_state, restore_record, save_peer, save_state
 from p2pfl.runtime.progress import Progress, summary_lines
 from p2pfl.runtime.runfolder import RunFolder
 from p2pfl.seeding import SHARED, numpy_rng
@@ -69,6 +69,8 @@ class Algorithm:
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
         self.cfg = ctx.cfg
+        #: One record per local peer (a dataclass the method declares); checkpoints save them field by field.
+        self.peers: dict[int, Any] = {}
 
     def setup(self) -> None:
         """Build the local peers' state (data, models). Bad input raises ValueError (reported once)."""
@@ -94,13 +96,6 @@ class Algorithm:
         """Extra entries for summary.json (collective; rank 0's value is written)."""
         return {}
 
-    def peer_state(self, peer: int) -> dict[str, Any]:
-        """Everything a checkpoint must keep of one local peer (tensors, plain values); per peer, so that a
-        run can resume on another number of ranks."""
-        return {}
-
-    def load_peer_state(self, peer: int, state: dict[str, Any]) -> None:
-        """Restore what peer_state returned."""
 
 
 def active_peers(seed: int, round: int, n_peers: int, rho: float) -> set[int]:
@@ -211,7 +206,7 @@ class Runner:
     def checkpoint(self, round: int) -> None:
         """Save every local peer's state for `round`; collective."""
         for peer in self.ctx.local_peers:
-            save_peer(self.ctx.run_dir, peer, round, self.algo.peer_state(peer))
+            save_peer(self.ctx.run_dir, peer, round, record_state(self.algo.peers[peer]))
         self.world.barrier()
         if self.world.is_root:
             save_state(self.ctx.run_dir, round, self.ctx.n_peers)
@@ -222,7 +217,8 @@ class Runner:
         if state["peers"] != self.ctx.n_peers:
             raise ValueError(f"--resume: the checkpoint has {state['peers']} peers, this run {self.ctx.n_peers}")
         for peer in self.ctx.local_peers:
-            self.algo.load_peer_state(peer, load_peer(self.ctx.run_dir, peer, state["round"], self.ctx.device))
+            saved = load_peer(self.ctx.run_dir, peer, state["round"], self.ctx.device)
+            restore_record(self.algo.peers[peer], saved, self.ctx.device, source=f"the checkpoint of peer {peer}")
         self.first_round = state["round"] + 1
         return state["round"]
 

@@ -64,7 +64,7 @@ def build_context(world: World, cfg: RunConfig, announce: bool = True) -> RunCon
 
 def build_algorithm(ctx: RunContext) -> Algorithm:
     """The configured algorithm with its peers set up (bad input ends every rank cleanly)."""
-    algorithm = algorithms.get(ctx.cfg.algorithm)(ctx)
+    algorithm = algorithms.get(ctx.cfg.algorithm, peers_spec=ctx.cfg.peers_spec is not None)(ctx)
     agree(ctx.world, algorithm.setup)
     return algorithm
 

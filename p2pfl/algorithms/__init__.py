@@ -6,7 +6,7 @@ import importlib
 _REGISTRY = {
     "dec-ssl": "p2pfl.algorithms.dec_ssl:DecSSL",
     "dec-sl": "p2pfl.algorithms.supervised:DecSL",
-    "local": "p2pfl.algorithms.fedmuscle:Local",  # supervised Local, or FedMuscleLocal with --peers-spec
+    "local": "p2pfl.algorithms.supervised:Local",
     "fedmuscle": "p2pfl.algorithms.fedmuscle:FedMuscle",
     "consensus": "p2pfl.algorithms.consensus:Consensus",
     "moon": "p2pfl.algorithms.moon:Moon",
@@ -17,11 +17,18 @@ _REGISTRY = {
 }
 
 
+#: What a name runs when the peers are heterogeneous (--peers-spec), where that differs.
+_WITH_PEERS_SPEC = {
+    "local": "p2pfl.algorithms.fedmuscle:FedMuscleLocal",  # the spec's peers trained alone: FedMuscle's baseline
+}
+
+
 def names() -> list[str]:
     return list(_REGISTRY)
 
 
-def get(name: str) -> type:
-    """The Algorithm class registered under `name`."""
-    module, _, cls = _REGISTRY[name].partition(":")
+def get(name: str, peers_spec: bool = False) -> type:
+    """The Algorithm class registered under `name` (its heterogeneous-peers variant with `peers_spec`)."""
+    target = _WITH_PEERS_SPEC.get(name, _REGISTRY[name]) if peers_spec else _REGISTRY[name]
+    module, _, cls = target.partition(":")
     return getattr(importlib.import_module(module), cls)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from p2pfl.algorithms.peer import ConsensusPeer
 from p2pfl.gossip import exact_mean, gossip
 from p2pfl.rounds import Algorithm, RunContext
 from p2pfl.seeding import torch_generator
@@ -18,26 +19,27 @@ class Consensus(Algorithm):
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
-        self.x: dict[int, torch.Tensor] = {}
+        self.peers: dict[int, ConsensusPeer] = {}
         self.initial_mean: torch.Tensor | None = None
 
     def setup(self) -> None:
         size = self.cfg.vector_size
-        for peer in self.ctx.local_peers:
-            gen = torch_generator(self.cfg.seed, peer, "init")
-            self.x[peer] = torch.randn(size, generator=gen).to(self.ctx.device)
-        self.initial_mean = exact_mean(self.ctx.world, self.x, self.ctx.n_peers)
+        for p in self.ctx.local_peers:
+            gen = torch_generator(self.cfg.seed, p, "init")
+            self.peers[p] = ConsensusPeer(id=p, x=torch.randn(size, generator=gen).to(self.ctx.device))
+        self.initial_mean = exact_mean(self.ctx.world, self.consensus_vectors(), self.ctx.n_peers)
 
     def communicate(self, round: int, active: set[int]) -> None:
-        self.x.update(gossip(self.ctx.exchange, self.ctx.W, self.x, round, active))
+        for p, x in gossip(self.ctx.exchange, self.ctx.W, self.consensus_vectors(), round, active).items():
+            self.peers[p].x = x
 
     def consensus_vectors(self) -> dict[int, torch.Tensor]:
-        return self.x
+        return {p: peer.x for p, peer in self.peers.items()}
 
     def evaluate(self, round: int, final: bool) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
-        mean = exact_mean(self.ctx.world, self.x, self.ctx.n_peers)
+        mean = exact_mean(self.ctx.world, self.consensus_vectors(), self.ctx.n_peers)
         assert self.initial_mean is not None
         shift = float((mean - self.initial_mean).norm() / self.initial_mean.norm())
-        per_peer = {p: {"distance_to_mean": float((v.double().cpu() - mean).norm() / mean.norm())}
-                    for p, v in self.x.items()}
+        per_peer = {p: {"distance_to_mean": float((peer.x.double().cpu() - mean).norm() / mean.norm())}
+                    for p, peer in self.peers.items()}
         return {"mean_shift": shift}, per_peer

@@ -4,14 +4,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from p2pfl.algorithms.learner import Learner
+from p2pfl.algorithms.gossip_learner import GossipLearner, GossipPeer
 from p2pfl.algorithms.scoring import representation_scores
 from p2pfl.data import SimCLRAugment
 from p2pfl.losses import nt_xent
 from p2pfl.models import SimCLRNet, build_encoder
 
 
-class DecSSL(Learner):
+class DecSSL(GossipLearner):
     """SimCLR: two batched augmented views per image, NT-Xent, E local epochs, then one gossip step."""
 
     name = "dec-ssl"
@@ -25,10 +25,10 @@ class DecSSL(Learner):
         encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size)
         return SimCLRNet(encoder, proj_dim=self.cfg.proj_dim)
 
-    def batch_loss(self, peer: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        gen = self.aug[peer]
+    def batch_loss(self, peer: GossipPeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        gen = peer.augment_rng
         views = torch.cat([self.augment(x, gen), self.augment(x, gen)])
-        _, z = self.models[peer](views)
+        _, z = peer.model(views)
         z1, z2 = z.chunk(2)
         return nt_xent(z1, z2, temperature=self.cfg.temperature)
 

@@ -16,13 +16,15 @@ scored by top-1 test accuracy. They differ only in what they add to the local st
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from p2pfl.algorithms.learner import Learner
+from p2pfl.algorithms.gossip_learner import GossipLearner, GossipPeer
+from p2pfl.algorithms.peer import Peer, derived
 from p2pfl.algorithms.scoring import classifier_scores
 from p2pfl.data import supervised_augment
 from p2pfl.gossip import gossip
@@ -37,7 +39,7 @@ def _logits(model: nn.Module):
     return lambda x: model(x)[2]
 
 
-class FedAvg(Learner):
+class FedAvg(GossipLearner):
     """MOON's network trained with cross-entropy and mixed by gossip of its whole state (BN statistics too)."""
 
     name = "fedavg"
@@ -61,17 +63,17 @@ class FedAvg(Learner):
         encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size)
         return MoonNet(encoder, self.dataset.num_classes, proj_dim=MOON_PROJ_DIM)
 
-    def augment(self, peer: int, x: torch.Tensor) -> torch.Tensor:
+    def augment(self, peer: GossipPeer, x: torch.Tensor) -> torch.Tensor:
         """MOON's supervised transform (random crop with 4-pixel padding, flip, normalise) on a uint8 batch."""
         ds = self.dataset
-        return supervised_augment(x, self.aug[peer], ds.mean, ds.std, padding_mode=self.padding_mode)
+        return supervised_augment(x, peer.augment_rng, ds.mean, ds.std, padding_mode=self.padding_mode)
 
-    def batch_loss(self, peer: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def batch_loss(self, peer: GossipPeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.loss(peer, self.augment(peer, x), y)
 
-    def loss(self, peer: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def loss(self, peer: GossipPeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The local loss on an already augmented, normalised batch (methods add their terms here)."""
-        _, _, logits = self.models[peer](x)
+        _, _, logits = peer.model(x)
         return F.cross_entropy(logits, y)
 
     def score(self, model: nn.Module, peer: int | None, final: bool) -> dict[str, float]:
@@ -85,30 +87,45 @@ class Solo(FedAvg):
     communicates = False
 
 
+@dataclass(eq=False)
+class FedProxPeer(GossipPeer):
+    """w_start: the trainable parameters the peer started the round with."""
+
+    start: list[torch.Tensor] = derived()
+
+
 class FedProx(FedAvg):
     """FedAvg plus the proximal term (mu/2)·Σ‖w − w_start‖² over the trainable parameters (MOON's code)."""
 
     name = "fedprox"
     default_mu = FEDPROX_MU
+    record: ClassVar[type[Peer]] = FedProxPeer
 
-    def setup(self) -> None:
-        super().setup()
-        self.start: dict[int, list[torch.Tensor]] = {}
-
-    def before_local(self, peer: int, round: int) -> None:
-        params = self.trainable(peer)
-        if peer not in self.start:
-            self.start[peer] = [torch.empty_like(p) for p in params]
+    def before_local(self, peer: FedProxPeer, round: int) -> None:
+        params = self.trainable(peer.model)
+        if peer.start is None:
+            peer.start = [torch.empty_like(p) for p in params]
         with torch.no_grad():
-            for p0, p in zip(self.start[peer], params):
+            for p0, p in zip(peer.start, params):
                 p0.copy_(p)
 
-    def loss(self, peer: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def loss(self, peer: FedProxPeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         ce = super().loss(peer, x, y)
         if self.mu == 0.0:
             return ce
-        prox = sum((p - p0).pow(2).sum() for p, p0 in zip(self.trainable(peer), self.start[peer]))
+        prox = sum((p - p0).pow(2).sum() for p, p0 in zip(self.trainable(peer.model), peer.start))
         return ce + 0.5 * self.mu * prox
+
+
+@dataclass(eq=False)
+class ScaffoldPeer(GossipPeer):
+    """SCAFFOLD's control variates c_i (c_local) and c (c_mix, the neighbourhood mix of the c_j); inside a
+    round the parameters it started from and the correction c − c_i in the parameters' shapes."""
+
+    c_local: torch.Tensor = None
+    c_mix: torch.Tensor = None
+    w_start: torch.Tensor = derived()
+    correction: list[torch.Tensor] | None = derived()
 
 
 class Scaffold(FedAvg):
@@ -129,65 +146,47 @@ class Scaffold(FedAvg):
     """
 
     name = "scaffold"
+    record: ClassVar[type[Peer]] = ScaffoldPeer
 
-    def setup(self) -> None:
-        super().setup()
-        self.c_local: dict[int, torch.Tensor] = {}
-        self.c_mix: dict[int, torch.Tensor] = {}
-        self.w_start: dict[int, torch.Tensor] = {}
-        self._correction: dict[int, list[torch.Tensor]] = {}
-        self._hooked: dict[int, torch.optim.Optimizer] = {}
-        for peer in self.ctx.local_peers:
-            n = sum(p.numel() for p in self.trainable(peer))
-            self.c_local[peer] = torch.zeros(n, device=self.ctx.device)
-            self.c_mix[peer] = torch.zeros(n, device=self.ctx.device)
-            self.w_start[peer] = torch.empty(n, device=self.ctx.device)
+    def init_peer(self, peer: ScaffoldPeer) -> None:
+        super().init_peer(peer)
+        n = sum(p.numel() for p in self.trainable(peer.model))
+        peer.c_local = torch.zeros(n, device=self.ctx.device)
+        peer.c_mix = torch.zeros(n, device=self.ctx.device)
+        peer.w_start = torch.empty(n, device=self.ctx.device)
+        peer.optimizer.register_step_post_hook(lambda opt, args, kwargs: self._correct(peer, opt))
 
-    def flat_params(self, peer: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    def flat_params(self, peer: ScaffoldPeer, out: torch.Tensor | None = None) -> torch.Tensor:
         """The trainable parameters as one float32 vector (the layout of the control variates)."""
-        params = [p.detach().reshape(-1).float() for p in self.trainable(peer)]
+        params = [p.detach().reshape(-1).float() for p in self.trainable(peer.model)]
         if out is None:
             return torch.cat(params)
         return torch.cat(params, out=out)
 
-    def before_local(self, peer: int, round: int) -> None:
-        self.flat_params(peer, out=self.w_start[peer])
-        diff = self.c_mix[peer] - self.c_local[peer]
-        params = self.trainable(peer)
-        self._correction[peer] = [d.view_as(p) for d, p in zip(diff.split([p.numel() for p in params]), params)]
-
-    def optimizer(self, peer: int, round: int) -> torch.optim.Optimizer:
-        """Learner's optimiser, with the control-variate correction hooked in after each of its steps."""
-        opt = super().optimizer(peer, round)
-        if self._hooked.get(peer) is not opt:
-            opt.register_step_post_hook(lambda o, args, kwargs: self._correct(peer, o))
-            self._hooked[peer] = opt
-        return opt
+    def before_local(self, peer: ScaffoldPeer, round: int) -> None:
+        self.flat_params(peer, out=peer.w_start)
+        diff = peer.c_mix - peer.c_local
+        params = self.trainable(peer.model)
+        peer.correction = [d.view_as(p) for d, p in zip(diff.split([p.numel() for p in params]), params)]
 
     @torch.no_grad()
-    def _correct(self, peer: int, opt: torch.optim.Optimizer) -> None:
-        """w ← w − lr·(c − c_i) for every trainable parameter."""
+    def _correct(self, peer: ScaffoldPeer, opt: torch.optim.Optimizer) -> None:
+        """w ← w − lr·(c − c_i) for every trainable parameter (after each optimiser step of the local phase)."""
+        if peer.correction is None:
+            return
         lr = opt.param_groups[0]["lr"]
-        for p, d in zip(self.trainable(peer), self._correction[peer]):
+        for p, d in zip(self.trainable(peer.model), peer.correction):
             p.add_(d, alpha=-lr)
 
-    def after_local(self, peer: int, round: int) -> None:
+    def after_local(self, peer: ScaffoldPeer, round: int) -> None:
         steps, lr = self.steps(peer), self.lr_at(round)
         w = self.flat_params(peer)
-        self.c_local[peer] = self.c_local[peer] - self.c_mix[peer] + (self.w_start[peer] - w) / (steps * lr)
-        self._correction.pop(peer, None)
+        peer.c_local = peer.c_local - peer.c_mix + (peer.w_start - w) / (steps * lr)
+        peer.correction = None
 
     def communicate(self, round: int, active: set[int]) -> None:
         super().communicate(round, active)
-        controls = {p: self.c_local[p] for p in self.ctx.local_peers if p in active}
+        controls = {p: peer.c_local for p, peer in self.peers.items() if p in active}
         mixed = gossip(self.ctx.exchange, self.ctx.W, controls, round, active, sizes=None, kind="control")
         for p, vec in mixed.items():
-            self.c_mix[p] = vec
-
-    def peer_state(self, peer: int) -> dict[str, Any]:
-        return {**super().peer_state(peer), "c_local": self.c_local[peer], "c_mix": self.c_mix[peer]}
-
-    def load_peer_state(self, peer: int, state: dict[str, Any]) -> None:
-        super().load_peer_state(peer, state)
-        self.c_local[peer] = state["c_local"].to(self.ctx.device)
-        self.c_mix[peer] = state["c_mix"].to(self.ctx.device)
+            self.peers[p].c_mix = vec

@@ -16,24 +16,29 @@ Everything else (network, augmentation, gossip, test-accuracy scoring) is FedAvg
 """
 from __future__ import annotations
 
-import copy
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from p2pfl.algorithms.fedavg import FedAvg
+from p2pfl.algorithms.gossip_learner import GossipPeer
+from p2pfl.algorithms.peer import ModelPool, Peer, derived
 from p2pfl.losses import moon_contrastive
 
 MOON_MU = 5.0
 
 
-def _frozen(model: nn.Module) -> nn.Module:
-    """A copy of `model` for reference use: eval mode, no gradients."""
-    ref = copy.deepcopy(model)
-    ref.requires_grad_(False)
-    return ref.eval()
+@dataclass(eq=False)
+class MoonPeer(GossipPeer):
+    """MOON's pool of the peer's previous trained models (kept across rounds); inside a round the frozen
+    snapshot of the model it started from (z_glob's source) and the running sum of ℓ_con."""
+
+    pool: ModelPool = None
+    glob: nn.Module = derived()
+    con: torch.Tensor = derived()
 
 
 class Moon(FedAvg):
@@ -41,67 +46,47 @@ class Moon(FedAvg):
 
     name = "moon"
     default_mu = MOON_MU
+    record: ClassVar[type[Peer]] = MoonPeer
 
-    def setup(self) -> None:
-        super().setup()
-        self.glob: dict[int, nn.Module] = {p: _frozen(self.models[p]) for p in self.ctx.local_peers}
-        self.pool: dict[int, list[nn.Module]] = {p: [] for p in self.ctx.local_peers}
-        self._con: dict[int, torch.Tensor] = {}
+    def init_peer(self, peer: MoonPeer) -> None:
+        super().init_peer(peer)
+        peer.glob = ModelPool.frozen(peer.model)
+        peer.pool = ModelPool(peer.model, self.cfg.prev_models)
 
     # ------------------------------------------------------------------ the round
-    def before_local(self, peer: int, round: int) -> None:
+    def before_local(self, peer: MoonPeer, round: int) -> None:
         """Snapshot the model the peer starts the round with (its neighbourhood mix): the source of z_glob."""
-        self.glob[peer].load_state_dict(self.models[peer].state_dict())
-        self.glob[peer].eval()
-        self._con[peer] = torch.zeros((), device=self.ctx.device)
+        peer.glob.load_state_dict(peer.model.state_dict())
+        peer.glob.eval()
+        peer.con = torch.zeros((), device=self.ctx.device)
 
-    def after_local(self, peer: int, round: int) -> None:
+    def after_local(self, peer: MoonPeer, round: int) -> None:
         """Push the just-trained model (before any mixing) into the FIFO pool of previous models."""
-        pool = self.pool[peer]
-        ref = pool.pop(0) if len(pool) >= self.cfg.prev_models else _frozen(self.models[peer])
-        ref.load_state_dict(self.models[peer].state_dict())
-        ref.eval()
-        pool.append(ref)
-        while len(pool) > self.cfg.prev_models:
-            pool.pop(0)
+        peer.pool.push(peer.model)
 
-    def local_update(self, peer: int, round: int) -> dict[str, float]:
-        out = super().local_update(peer, round)
-        steps = self.steps(peer)
-        out["loss_con"] = float(self._con.pop(peer)) / steps
+    def local_update(self, peer_id: int, round: int) -> dict[str, float]:
+        out = super().local_update(peer_id, round)
+        peer = self.peers[peer_id]
+        out["loss_con"] = float(peer.con) / self.steps(peer)
+        peer.con = None
         return out
 
-    def loss(self, peer: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def loss(self, peer: MoonPeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """CE + mu·ℓ_con on an augmented, normalised batch; plain CE while the peer has no previous model."""
-        _, z, logits = self.models[peer](x)
+        _, z, logits = peer.model(x)
         ce = F.cross_entropy(logits, y)
         con = self.contrastive(peer, x, z)
         if con is None:
             return ce
-        if peer in self._con:
-            self._con[peer] += con.detach()
+        if peer.con is not None:
+            peer.con += con.detach()
         return ce + self.mu * con
 
-    def contrastive(self, peer: int, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor | None:
+    def contrastive(self, peer: MoonPeer, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor | None:
         """ℓ_con of the batch for representation z (None before the peer's first local training)."""
-        pool = self.pool[peer]
-        if not pool:
+        if not len(peer.pool):
             return None
         with torch.no_grad():
-            z_glob = self.glob[peer](x)[1]
-            z_prev = [ref(x)[1] for ref in pool]
+            z_glob = peer.glob(x)[1]
+            z_prev = [ref(x)[1] for ref in peer.pool]
         return moon_contrastive(z, z_glob, z_prev, temperature=self.cfg.temperature)
-
-    # ------------------------------------------------------------------ checkpoints
-    def peer_state(self, peer: int) -> dict[str, Any]:
-        """Learner's state plus the pool of previous models, oldest first."""
-        return {**super().peer_state(peer), "prev_models": [ref.state_dict() for ref in self.pool[peer]]}
-
-    def load_peer_state(self, peer: int, state: dict[str, Any]) -> None:
-        super().load_peer_state(peer, state)
-        pool = []
-        for sd in state.get("prev_models", [])[-self.cfg.prev_models:]:
-            ref = _frozen(self.models[peer])
-            ref.load_state_dict(sd)
-            pool.append(ref.eval())
-        self.pool[peer] = pool

@@ -9,6 +9,7 @@ from p2pfl.data.augment import (
     dataset_stats,
     normalize,
     supervised_augment,
+    to_geometry,
 )
 from p2pfl.data.datasets import (
     DATASETS,
@@ -29,12 +30,11 @@ from p2pfl.data.partition import (
     rotate_images,
     rotation_groups,
 )
-from p2pfl.data.tasks import TASKS, apply_task, make_mosaic, split_public, task_info, transform_task
+from p2pfl.data.tasks import make_mosaic, make_task, split_public
 
 __all__ = [
     "DATASETS", "DATASET_STATS", "DatasetNotFound", "ImageDataset", "PARTITIONS", "PartitionError", "PeerData",
-    "SimCLRAugment", "TASKS", "apply_task", "class_counts", "data_root", "dataset_stats", "ensure_dataset",
+    "SimCLRAugment", "class_counts", "data_root", "dataset_stats", "ensure_dataset",
     "load_dataset", "make_mosaic", "normalize", "partition", "random_subset", "rotate_images", "rotation_groups",
-    "split_public",
-    "supervised_augment", "synthetic_dataset", "task_info", "transform_task",
+    "make_task", "split_public", "supervised_augment", "synthetic_dataset", "to_geometry",
 ]

@@ -26,7 +26,7 @@ DATASET_STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "synthetic": ((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
 }
 
-_GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale
+GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale
 
 
 def dataset_stats(name: str, channels: int | None = None) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -54,6 +54,25 @@ def normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> t
 
 
 # ------------------------------------------------------------------------------------------------ geometry
+
+def to_geometry(x: torch.Tensor, channels: int, size: int) -> torch.Tensor:
+    """uint8 images N×C×H×W in another input format: RGB -> gray (luma weights) or gray -> RGB (repeat), then
+    antialiased bilinear resize to size×size, rounded back to uint8. Unchanged when the format already fits."""
+    c, h = int(x.shape[1]), int(x.shape[2])
+    if c == channels and h == size and int(x.shape[3]) == size:
+        return x
+    xf = x.float()
+    if c == 3 and channels == 1:
+        w = torch.tensor(GRAY_WEIGHTS, dtype=xf.dtype, device=xf.device).view(1, 3, 1, 1)
+        xf = (xf * w).sum(dim=1, keepdim=True)
+    elif c == 1 and channels == 3:
+        xf = xf.expand(-1, 3, -1, -1)
+    elif c != channels:
+        raise ValueError(f"cannot convert {c}-channel public images to {channels} channels")
+    if (h, int(x.shape[3])) != (size, size):
+        xf = F.interpolate(xf, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
+    return xf.round_().clamp_(0, 255).to(torch.uint8).contiguous()
+
 
 def sample_crop_boxes(batch: int, height: int, width: int, generator: torch.Generator,
                       scale: tuple[float, float] = (0.08, 1.0),
@@ -117,7 +136,7 @@ def _gray(x: torch.Tensor) -> torch.Tensor:
     if x.shape[1] == 1:
         return x
     r, g, b = x.unbind(1)
-    return (_GRAY_WEIGHTS[0] * r + _GRAY_WEIGHTS[1] * g + _GRAY_WEIGHTS[2] * b).unsqueeze(1)
+    return (GRAY_WEIGHTS[0] * r + GRAY_WEIGHTS[1] * g + GRAY_WEIGHTS[2] * b).unsqueeze(1)
 
 
 def _blend(a: torch.Tensor, b: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:

@@ -6,13 +6,10 @@ Tasks on CIFAR-10 images (any 10-class dataset works the same way):
 - ``mosaic``: multi-label; each sample is a 2×2 mosaic of four images, each downsampled 2× (average of 2×2
   pixels) so the mosaic keeps the input size (32×32), with a 10-dim multi-hot target of the classes present.
 
-:func:`transform_task` turns a peer's shard into its task; :func:`apply_task` turns a whole dataset (train and
-test, shared streams so every peer of a task sees the same test set). :func:`split_public` holds out an unlabeled
-public part of the training set; partition the private part and map back: ``[private[p] for p in parts]``.
+:func:`make_task` turns a peer's images and labels into its task's inputs and targets; :func:`split_public`
+holds out an unlabeled public part of the training set.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -20,34 +17,10 @@ import torch.nn.functional as F
 
 from p2pfl.seeding import SHARED, numpy_rng
 
-TASKS = ("cifar10", "cifar10-coarse", "mosaic")
 VEHICLE_CLASSES = (0, 1, 8, 9)  # airplane, automobile, ship, truck
-
-
-@dataclass(frozen=True)
-class TaskInfo:
-    """What a task's model must output: ``num_outputs`` logits, multi-label (BCE) or single-label (CE)."""
-
-    name: str
-    num_outputs: int
-    multilabel: bool
-    classes: tuple[str, ...]
-
-
-def _canonical(task: str) -> str:
-    key = str(task).strip().lower().replace("_", "-")
-    if key not in TASKS:
-        raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
-    return key
-
-
-def task_info(task: str, base_classes: tuple[str, ...] | None = None) -> TaskInfo:
-    """Output size, loss kind and class names of ``task``."""
-    task = _canonical(task)
-    base = tuple(base_classes) if base_classes else tuple(f"class{k}" for k in range(10))
-    if task == "cifar10-coarse":
-        return TaskInfo(task, 2, False, ("vehicle", "animal"))
-    return TaskInfo(task, 10, task == "mosaic", base)
+#: Tasks whose target is the (possibly restricted) class label; the others are cifar10-coarse and mosaic.
+CLASSIFICATION_TASKS = ("cifar10", "fashion-mnist", "cifar100", "synthetic", "classify")
+MULTILABEL_TASKS = ("mosaic",)
 
 
 def coarse_labels(y: torch.Tensor) -> torch.Tensor:
@@ -90,30 +63,40 @@ def mosaic_indices(num_images: int, n: int, seed: int, peer: int = SHARED, purpo
     return numpy_rng(seed, peer, purpose).integers(0, num_images, size=(n, 4), dtype=np.int64)
 
 
-def transform_task(task: str, x: torch.Tensor, y: torch.Tensor, seed: int, peer: int = SHARED,
-                   purpose: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
-    """A peer's images and 10-class labels turned into ``task``'s inputs and targets (as many samples as given;
-    mosaics are drawn from ``numpy_rng(seed, peer, "mosaic-" + purpose)``)."""
-    task = _canonical(task)
-    if task == "cifar10":
-        return x, y
+def reindex(y: torch.Tensor, labels: tuple[int, ...] | None) -> torch.Tensor:
+    """Dataset labels restricted to the label set ``labels`` -> 0..L-1 in the set's order (unchanged for None)."""
+    if labels is None:
+        return y
+    lut = torch.full((int(max(labels)) + 1,), -1, dtype=torch.int64, device=y.device)
+    lut[list(labels)] = torch.arange(len(labels), device=y.device)
+    return lut[y.long()]
+
+
+def keep_labels(y: torch.Tensor | np.ndarray, labels: tuple[int, ...] | None) -> np.ndarray:
+    """Mask of the samples whose label is in ``labels`` (all for None)."""
+    yy = y.numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
+    if labels is None:
+        return np.ones(yy.shape[0], dtype=bool)
+    return np.isin(yy, np.asarray(labels))
+
+
+def task_outputs(task: str, labels: tuple[int, ...] | None, num_classes: int) -> int:
+    """Logits a model of ``task`` over the label set ``labels`` of a ``num_classes`` dataset produces."""
+    if task == "cifar10-coarse":
+        return 2
+    return len(labels) if labels is not None else num_classes
+
+
+def make_task(task: str, labels: tuple[int, ...] | None, x: torch.Tensor, y: torch.Tensor, num_classes: int,
+              seed: int, peer: int, purpose: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images and dataset labels (already restricted to ``labels``) -> the task's inputs and targets.
+    Mosaics draw their sources from ``numpy_rng(seed, peer, "mosaic-" + purpose)``."""
+    if task in CLASSIFICATION_TASKS:
+        return x, reindex(y, labels)
     if task == "cifar10-coarse":
         return x, coarse_labels(y)
-    return make_mosaic(x, y, x.shape[0], seed, peer, "mosaic-" + purpose)
-
-
-def apply_task(dataset, task: str, seed: int):
-    """A copy of an :class:`~p2pfl.data.datasets.ImageDataset` (10 classes) with train and test transformed to
-    ``task`` using shared streams (peer = SHARED), so that every peer of the task sees the same data."""
-    task = _canonical(task)
-    if dataset.num_classes != 10:
-        raise ValueError(f"task {task!r} needs a 10-class dataset, {dataset.name!r} has {dataset.num_classes}")
-    info = task_info(task, dataset.classes)
-    x_train, y_train = transform_task(task, dataset.x_train, dataset.y_train, seed, SHARED, "train")
-    x_test, y_test = transform_task(task, dataset.x_test, dataset.y_test, seed, SHARED, "test")
-    return replace(dataset, name=f"{dataset.name}:{task}", x_train=x_train, y_train=y_train, x_test=x_test,
-                   y_test=y_test, num_classes=info.num_outputs, classes=info.classes, multilabel=info.multilabel,
-                   extra={**dataset.extra, "task": task})
+    n_out = task_outputs(task, labels, num_classes)
+    return make_mosaic(x, reindex(y, labels), x.shape[0], seed, peer, "mosaic-" + purpose, num_classes=n_out)
 
 
 def split_public(dataset, public_size: int | float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,146 @@
+"""Peers that train locally and gossip their model's parameters: the base of every weight-mixing method.
+
+A method supplies its network (`make_model`), its loss on a batch (`batch_loss`), optional hooks around a
+peer's local round (from `LocalTrainer`), and how a model is scored (`score`). Here, once: the run's dataset and
+partition, the common initialisation, gossip of the mixable state (FedBN aware), the network average, per-peer
+evaluation and the weight drift.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from p2pfl.algorithms.peer import Peer, derived
+from p2pfl.algorithms.trainer import LocalTrainer
+from p2pfl.data import ImageDataset, PeerData
+from p2pfl.data.workload import Workload, load_workload
+from p2pfl.evaluation import weight_drift
+from p2pfl.gossip import exact_mean, gossip
+from p2pfl.models import MixableState, init_model
+from p2pfl.rounds import RunContext
+from p2pfl.seeding import SHARED, torch_generator
+
+
+@dataclass(eq=False)
+class GossipPeer(Peer):
+    """A peer whose model is mixed: views of its mixable and full state, and the message buffer."""
+
+    mixable: MixableState = derived()
+    full: MixableState = derived()
+    buffer: torch.Tensor = derived()
+
+
+class GossipLearner(LocalTrainer):
+    """Local training plus gossip of the model's mixable state (SPEC §2)."""
+
+    record: ClassVar[type[Peer]] = GossipPeer
+    peers: dict[int, GossipPeer]
+
+    def __init__(self, ctx: RunContext) -> None:
+        super().__init__(ctx)
+        self.work: Workload | None = None
+
+    # ------------------------------------------------------------------ what a method supplies
+    def make_model(self) -> nn.Module:
+        """The method's network, uninitialised."""
+        raise NotImplementedError
+
+    def score(self, model: nn.Module, peer: int | None, final: bool) -> dict[str, float]:
+        """Metrics of one model (a peer's, or the network average when peer is None)."""
+        return {}
+
+    # ------------------------------------------------------------------ set-up
+    @property
+    def dataset(self) -> ImageDataset:
+        assert self.work is not None, "set up first"
+        return self.work.dataset
+
+    def load_data(self) -> None:
+        self.work = load_workload(self.cfg, self.ctx.n_peers, self.ctx.world)
+        self.ctx.record_manifest(**self.work.manifest)
+
+    def shard(self, peer: int) -> PeerData:
+        assert self.work is not None
+        return self.work.shard(peer, self.ctx.device)
+
+    def build_model(self, peer: int) -> nn.Module:
+        return self.new_model()
+
+    def new_model(self) -> nn.Module:
+        """A model with the common initialisation every peer starts from (stream (seed, SHARED, 'init'))."""
+        model = self.make_model()
+        init_model(model, torch_generator(self.cfg.seed, SHARED, "init"))
+        return model.to(self.ctx.device)
+
+    def init_peer(self, peer: GossipPeer) -> None:
+        peer.mixable = MixableState(peer.model, fedbn=self.cfg.fedbn)
+        peer.full = MixableState(peer.model)
+        peer.buffer = peer.mixable.new_buffer()
+
+    def setup(self) -> None:
+        super().setup()
+        first = self.peers[self.ctx.local_peers[0]]
+        self.ctx.record_manifest(model={"name": self.cfg.model, "parameters": first.full.numel,
+                                        "mixed_per_message": first.mixable.numel})
+
+    # ------------------------------------------------------------------ communication
+    def mix_sizes(self) -> list[float] | None:
+        """Shard sizes when mixing weights are scaled by data (--weight-by-data), else None."""
+        if not self.cfg.weight_by_data:
+            return None
+        assert self.work is not None
+        return self.work.sizes()
+
+    def communicate(self, round: int, active: set[int]) -> None:
+        if not self.communicates:
+            return
+        vectors = {p: peer.mixable.flatten(peer.buffer) for p, peer in self.peers.items() if p in active}
+        mixed = gossip(self.ctx.exchange, self.ctx.W, vectors, round, active, self.mix_sizes())
+        for p, vec in mixed.items():
+            self.peers[p].mixable.unflatten_(vec)
+
+    def consensus_vectors(self) -> dict[int, torch.Tensor]:
+        return {p: peer.mixable.flatten(peer.buffer) for p, peer in self.peers.items()}
+
+    # ------------------------------------------------------------------ evaluation
+    def average_model(self) -> nn.Module:
+        """The network average x̄ of the peers' full states (BatchNorm included); collective."""
+        mean = exact_mean(self.ctx.world, {p: peer.full.flatten() for p, peer in self.peers.items()},
+                          self.ctx.n_peers)
+        model = self.new_model()
+        MixableState(model).unflatten_(mean.float().to(self.ctx.device))
+        return model
+
+    def evaluate(self, round: int, final: bool) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
+        avg = self.average_model()
+        avg.eval()
+        metrics: dict[str, float] = {}
+        if self.ctx.world.is_root:
+            metrics = {f"{k}_avg": v for k, v in self.score(avg, None, final).items()}
+        per_peer: dict[int, dict[str, float]] = {}
+        if final:
+            between = self.neighbour_drift(round)
+            for p, peer in self.peers.items():
+                peer.model.eval()
+                per_peer[p] = {**self.score(peer.model, p, final), "drift_to_avg": weight_drift(peer.model, avg),
+                               "drift_to_neighbours": between[p]}
+        return metrics, per_peer
+
+    def neighbour_drift(self, round: int) -> dict[int, float]:
+        """Mean d_w between each local peer and its graph neighbours (one extra exchange of full states)."""
+        vectors = {p: peer.full.flatten() for p, peer in self.peers.items()}
+        inbox = self.ctx.exchange.exchange(vectors, round, kind="params")
+        out = {}
+        for p, received in inbox.items():
+            state = self.peers[p].full
+            params = {n for n, _ in self.peers[p].model.named_parameters()}
+            mine = dict(zip(state.names, vectors[p].split(state.sizes)))
+            drifts = []
+            for q in sorted(received):
+                theirs = dict(zip(state.names, received[q].split(state.sizes)))
+                drifts.append(weight_drift({n: mine[n] for n in params}, {n: theirs[n] for n in params}))
+            out[p] = sum(drifts) / len(drifts) if drifts else 0.0
+        return out

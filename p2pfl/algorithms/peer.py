@@ -1,0 +1,86 @@
+"""What one peer holds: a record per peer, declared by each method as a dataclass.
+
+`Peer` is what every training method keeps of a peer (model, data with its epoch cursor, RNG stream,
+optimiser); a method subclasses it with its own fields (MOON's pool of previous models, SCAFFOLD's control
+variates, FedMuscle's representation optimiser...). Checkpoints save and restore every field generically
+(`p2pfl.runtime.checkpoint.record_state`), so a new method gets exact resume by declaring its record; fields
+rebuilt from the configuration or only used inside a round are marked `derived()` and not saved.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from p2pfl.data import PeerData
+
+from p2pfl.runtime.checkpoint import CHECKPOINT
+
+
+def derived(default: Any = None) -> Any:
+    """A field that is rebuilt at set-up or lives inside one round: not part of the checkpoint."""
+    return field(default=default, metadata={CHECKPOINT: False})
+
+
+@dataclass(eq=False)
+class Peer:
+    """One training peer: its model, its shard (and epoch cursor), its augmentation stream, its optimiser."""
+
+    id: int = field(metadata={CHECKPOINT: False})
+    model: nn.Module
+    data: PeerData
+    augment_rng: torch.Generator
+    optimizer: torch.optim.Optimizer
+
+
+@dataclass(eq=False)
+class ConsensusPeer:
+    """A peer of the consensus check: one vector."""
+
+    id: int = field(metadata={CHECKPOINT: False})
+    x: torch.Tensor
+
+
+class ModelPool:
+    """A FIFO pool of frozen copies of a model (eval mode, no gradients), oldest first; checkpointable through
+    state_dict / load_state_dict like a module."""
+
+    def __init__(self, template: nn.Module, capacity: int) -> None:
+        self.template = template
+        self.capacity = capacity
+        self.models: list[nn.Module] = []
+
+    @staticmethod
+    def frozen(model: nn.Module) -> nn.Module:
+        """A copy of `model` for reference use: eval mode, no gradients."""
+        ref = copy.deepcopy(model)
+        ref.requires_grad_(False)
+        return ref.eval()
+
+    def push(self, model: nn.Module) -> None:
+        """Append a frozen copy of `model`'s current state, dropping the oldest beyond the capacity."""
+        ref = self.models.pop(0) if len(self.models) >= self.capacity else self.frozen(model)
+        ref.load_state_dict(model.state_dict())
+        ref.eval()
+        self.models.append(ref)
+        while len(self.models) > self.capacity:
+            self.models.pop(0)
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+    def __iter__(self):
+        return iter(self.models)
+
+    def state_dict(self) -> list[dict[str, torch.Tensor]]:
+        return [ref.state_dict() for ref in self.models]
+
+    def load_state_dict(self, states: list[dict[str, torch.Tensor]]) -> None:
+        self.models = []
+        for sd in states[-self.capacity:]:
+            ref = self.frozen(self.template)
+            ref.load_state_dict(sd)
+            self.models.append(ref.eval())

@@ -1,0 +1,128 @@
+"""The local trainer: what every training method does on its own shard between two communications.
+
+A method on top of it declares its peer record (`record`), builds each peer's model and shard, and supplies its
+loss on a batch (`batch_loss`) and, where it needs them, hooks around a peer's local round (`before_local`,
+`after_backward`, `after_local`, `init_peer`). The trainer holds the rest once: the per-peer records,
+optimisers and their per-round reset, learning-rate schedules, the batch size and number of steps, and the
+local loop. Checkpoints of the records are generic (`p2pfl.runtime.checkpoint`).
+"""
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from p2pfl.algorithms.peer import Peer
+from p2pfl.data import PeerData
+from p2pfl.rounds import Algorithm, RunContext
+from p2pfl.seeding import torch_generator
+
+
+class LocalTrainer(Algorithm):
+    """Peers that train their own model on their own shard (the local phase of SPEC §2)."""
+
+    #: The dataclass of what one peer holds; methods with state of their own subclass `Peer`.
+    record: ClassVar[type[Peer]] = Peer
+    #: False for the baselines that never talk to their neighbours.
+    communicates: ClassVar[bool] = True
+
+    def __init__(self, ctx: RunContext) -> None:
+        super().__init__(ctx)
+        self.peers: dict[int, Peer] = {}
+
+    # ------------------------------------------------------------------ what a method supplies
+    def load_data(self) -> None:
+        """Load what the peers' shards are cut from (called once, before any peer is built)."""
+        raise NotImplementedError
+
+    def shard(self, peer: int) -> PeerData:
+        """The peer's training data on the run's device."""
+        raise NotImplementedError
+
+    def build_model(self, peer: int) -> nn.Module:
+        """The peer's model, initialised, on the run's device."""
+        raise NotImplementedError
+
+    def batch_loss(self, peer: Peer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The loss of one batch of uint8 images `x` with targets `y` (augmentation is the method's)."""
+        raise NotImplementedError
+
+    def init_peer(self, peer: Peer) -> None:
+        """Fill the method's own fields of a freshly built record."""
+
+    def before_local(self, peer: Peer, round: int) -> None:
+        """Hook before a peer's local training in `round` (e.g. snapshot the model it starts from)."""
+
+    def after_backward(self, peer: Peer) -> None:
+        """Hook between backward and the optimiser step (gradient corrections)."""
+
+    def after_local(self, peer: Peer, round: int) -> None:
+        """Hook after a peer's local training in `round`."""
+
+    # ------------------------------------------------------------------ set-up
+    def setup(self) -> None:
+        self.load_data()
+        device = self.ctx.device
+        for p in self.ctx.local_peers:
+            model = self.build_model(p)
+            peer = self.record(id=p, model=model, data=self.shard(p),
+                               augment_rng=torch_generator(self.cfg.seed, p, "augment", device),
+                               optimizer=self.make_optimizer(self.trainable(model)))
+            self.init_peer(peer)
+            self.peers[p] = peer
+
+    # ------------------------------------------------------------------ optimisers and schedule
+    @staticmethod
+    def trainable(model: nn.Module) -> list[nn.Parameter]:
+        return [p for p in model.parameters() if p.requires_grad]
+
+    def lr_at(self, round: int) -> float:
+        if self.cfg.schedule == "cosine" and self.cfg.rounds > 1:
+            return self.cfg.lr * 0.5 * (1 + math.cos(math.pi * (round - 1) / self.cfg.rounds))
+        return self.cfg.lr
+
+    def make_optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        """A fresh optimiser of the configured kind over `params`."""
+        cfg = self.cfg
+        if cfg.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        if cfg.optimizer == "adamw":
+            return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    def for_round(self, opt: torch.optim.Optimizer, round: int) -> torch.optim.Optimizer:
+        """`opt` ready for `round`: its state reset (as new) unless --keep-optimizer, its learning rate set."""
+        if not self.cfg.keep_optimizer:
+            opt.state.clear()
+        for group in opt.param_groups:
+            group["lr"] = self.lr_at(round)
+        return opt
+
+    # ------------------------------------------------------------------ the local loop
+    def batch_size(self, peer: Peer) -> int:
+        return max(2, min(self.cfg.batch_size, len(peer.data)))
+
+    def steps(self, peer: Peer) -> int:
+        if self.cfg.local_steps is not None:
+            return self.cfg.local_steps
+        per_epoch = peer.data.steps_per_epoch(self.batch_size(peer))
+        return max(1, round(self.cfg.local_epochs * per_epoch))
+
+    def local_update(self, peer_id: int, round: int) -> dict[str, float]:
+        peer = self.peers[peer_id]
+        self.before_local(peer, round)
+        peer.model.train()
+        opt = self.for_round(peer.optimizer, round)
+        total, steps, size = 0.0, self.steps(peer), self.batch_size(peer)
+        for _ in range(steps):
+            x, y = peer.data.next_batch(size)
+            loss = self.batch_loss(peer, x, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.after_backward(peer)
+            opt.step()
+            total += float(loss.detach())
+        self.after_local(peer, round)
+        return {"loss": total / steps}

@@ -1,0 +1,75 @@
+"""A run's data: the dataset on this rank's device, its partition over peers, and each local peer's shard."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from p2pfl.data.datasets import ImageDataset, ensure_dataset, load_dataset
+from p2pfl.data.loader import PeerData
+from p2pfl.data.partition import class_counts, partition, random_subset, rotate_images, rotation_groups
+
+
+@dataclass
+class Workload:
+    """The dataset (whole, on the device) and the partition; identical on every rank."""
+
+    dataset: ImageDataset
+    parts: list[np.ndarray]
+    groups: list[int]
+    seed: int
+    rotate_groups: int
+    manifest: dict[str, Any]
+
+    @property
+    def channels(self) -> int:
+        return int(self.dataset.x_train.shape[1])
+
+    @property
+    def image_size(self) -> int:
+        return int(self.dataset.x_train.shape[-1])
+
+    def sizes(self) -> list[float]:
+        """Shard sizes of all peers, in peer order."""
+        return [float(p.size) for p in self.parts]
+
+    def shard(self, peer: int, device: torch.device) -> PeerData:
+        """Peer's training images (rotated for its group under --rotate-groups) as a PeerData on `device`."""
+        idx = torch.as_tensor(self.parts[peer])
+        x = self.dataset.x_train[idx]
+        if self.rotate_groups > 1:
+            x = rotate_images(x, self.groups[peer], self.rotate_groups)
+        return PeerData(x, self.dataset.y_train[idx], peer=peer, seed=self.seed, device=device)
+
+
+def prepare_datasets(names: list[str], cfg: Any, world: Any) -> None:
+    """Make the datasets available: one rank per node decodes, caches or downloads; the others wait."""
+    for name in sorted(set(names) - {"synthetic"}):
+        ensure_dataset(name, cfg.data_dir, allow_download=cfg.download, barrier=world.barrier,
+                       is_node_leader=world.local_rank == 0)
+
+
+def load_workload(cfg: Any, n_peers: int, world: Any) -> Workload:
+    """Load --dataset (a seeded --train-subset of it) and partition it over the peers (a pure function of
+    the seed and K); `manifest` holds the partition and dataset entries of manifest.json."""
+    prepare_datasets([cfg.dataset], cfg, world)
+    dataset = load_dataset(cfg.dataset, cfg.data_dir)
+    if cfg.train_subset is not None and cfg.train_subset < dataset.x_train.shape[0]:
+        keep = torch.as_tensor(random_subset(np.arange(dataset.x_train.shape[0]), cfg.train_subset, cfg.seed,
+                                             f"train-subset/{dataset.name}"))
+        dataset.x_train = dataset.x_train[keep]
+        dataset.y_train = dataset.y_train[keep]
+    labels = dataset.y_train.numpy()
+    parts = partition(labels, n_peers, cfg.partition, cfg.seed, alpha=cfg.alpha, beta=cfg.beta,
+                      min_size=cfg.min_size, num_classes=dataset.num_classes)
+    groups = rotation_groups(n_peers, cfg.rotate_groups)
+    counts = class_counts(parts, labels, dataset.num_classes)
+    manifest = {"partition": {"kind": cfg.partition, "alpha": cfg.alpha, "beta": cfg.beta,
+                              "sizes": [int(p.size) for p in parts], "class_counts": counts.tolist(),
+                              "classes": list(dataset.classes), "rotation_groups": groups},
+                "dataset": {"name": dataset.name, "train": int(dataset.x_train.shape[0]),
+                            "test": int(dataset.x_test.shape[0]), **dataset.extra}}
+    return Workload(dataset=dataset, parts=parts, groups=groups, seed=cfg.seed, rotate_groups=cfg.rotate_groups,
+                    manifest=manifest)
