@@ -1,4 +1,4 @@
-"""Seconds per local epoch of MOON next to FedAvg, through the real Learner code path.
+"""Seconds per local epoch of MOON next to FedAvg, through the real local-trainer code path.
 
     python benchmarks/bench_moon.py [--images 1000] [--models simple-cnn,resnet18] [--devices cpu,cuda]
                                     [--repeats 2] [--threads 1] [--json OUT]

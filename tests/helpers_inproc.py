@@ -1,14 +1,17 @@
-"""Build a run context and algorithm inside the test process (one MPI rank, every peer local)."""
+"""Build a set-up algorithm inside the test process (one MPI rank, every peer local), as p2pfl.run does."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from p2pfl.comm.world import World
-from p2pfl.config import make_config
-from p2pfl.rounds import Algorithm, RunContext
+from p2pfl.config import make_config, validate
+from p2pfl.rounds import Algorithm
 from p2pfl.run import build_algorithm, build_context
 
 _WORLD: World | None = None
+
+#: Small, quiet runs on the synthetic dataset unless a test says otherwise.
+DEFAULTS = {"dataset": "synthetic", "peers": 4, "rounds": 1, "progress": False, "plots": False}
 
 
 def world() -> World:
@@ -18,10 +21,9 @@ def world() -> World:
     return _WORLD
 
 
-def setup_algorithm(out: Path, **options) -> tuple[RunContext, Algorithm]:
-    """A set-up algorithm for `options` (RunConfig fields), its run folder under `out`."""
-    defaults = {"dataset": "synthetic", "peers": 4, "rounds": 1, "progress": False, "plots": False,
-                "out": str(out)}
-    cfg = make_config(**{**defaults, **options})
-    ctx = build_context(world(), cfg, announce=False)
-    return ctx, build_algorithm(ctx)
+def setup_algorithm(out: Path, **options) -> Algorithm:
+    """The set-up algorithm of `options` (RunConfig fields over DEFAULTS), its run folder under `out`; its
+    context is `.ctx`."""
+    cfg = make_config(**{**DEFAULTS, "out": str(out), **options})
+    validate(cfg, world_size=world().size)
+    return build_algorithm(build_context(world(), cfg, announce=False))

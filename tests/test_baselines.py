@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import run_job
+from p2pfl.runtime.checkpoint import record_state, restore_record
 from test_moon import _comparable, a_batch, make_algorithm, one_round, records, run_inprocess, state_vector
 
 
@@ -18,7 +19,7 @@ def test_fedavg_round_is_the_central_average(tmp_path: Path, weight_by_data: boo
     algo = make_algorithm(tmp_path, "fedavg", weight_by_data=weight_by_data)
     peers = algo.ctx.local_peers
     trained = one_round(algo, 1)
-    sizes = torch.tensor([float(len(algo.data[p])) for p in peers], dtype=torch.float64)
+    sizes = torch.tensor([float(len(algo.peers[p].data)) for p in peers], dtype=torch.float64)
     assert len(set(sizes.tolist())) > 1  # the Dirichlet shards differ in size, so weighting matters
     stack = torch.stack([trained[p].double() for p in peers])
     weights = sizes / sizes.sum() if weight_by_data else torch.full_like(sizes, 1 / len(peers))
@@ -27,7 +28,7 @@ def test_fedavg_round_is_the_central_average(tmp_path: Path, weight_by_data: boo
     assert float((expected - other).abs().max()) > 1e-4  # the two averages are distinguishable
     assert float((stack[0] - stack[1]).abs().max()) > 1e-4  # the peers trained different models
     for p in peers:
-        torch.testing.assert_close(state_vector(algo.models[p]).double(), expected, rtol=0, atol=2e-7)
+        torch.testing.assert_close(state_vector(algo.peers[p].model).double(), expected, rtol=0, atol=2e-7)
 
 
 def test_fedprox_term_and_gradient(tmp_path: Path) -> None:
@@ -35,21 +36,21 @@ def test_fedprox_term_and_gradient(tmp_path: Path) -> None:
     mu = 0.7
     algo = make_algorithm(tmp_path, "fedprox", mu=mu)
     x, y = a_batch(algo, 0)
-    model = algo.models[0].train()
-    algo.before_local(0, 1)
-    assert torch.equal(algo.loss(0, x, y), F.cross_entropy(model(x)[2], y))  # w = w_start: plain CE
+    model = algo.peers[0].model.train()
+    algo.before_local(algo.peers[0], 1)
+    assert torch.equal(algo.loss(algo.peers[0], x, y), F.cross_entropy(model(x)[2], y))  # w = w_start: plain CE
     gen = torch.Generator().manual_seed(7)
     deltas = [0.05 * torch.randn(p.shape, generator=gen) for p in model.parameters()]
     with torch.no_grad():
         for p, d in zip(model.parameters(), deltas):
             p.add_(d)
     params = list(model.parameters())
-    loss, ce = algo.loss(0, x, y), F.cross_entropy(model(x)[2], y)
+    loss, ce = algo.loss(algo.peers[0], x, y), F.cross_entropy(model(x)[2], y)
     expected = mu / 2 * sum(float(((p.detach().double() - p0.double()) ** 2).sum())
-                            for p, p0 in zip(params, algo.start[0]))
+                            for p, p0 in zip(params, algo.peers[0].start))
     assert float((loss - ce).detach()) == pytest.approx(expected, rel=1e-4)
     for g, gc, p, p0 in zip(torch.autograd.grad(loss, params), torch.autograd.grad(ce, params), params,
-                            algo.start[0]):
+                            algo.peers[0].start):
         torch.testing.assert_close(g - gc, mu * (p.detach() - p0), rtol=1e-4, atol=1e-6)
 
 
@@ -57,13 +58,13 @@ def test_scaffold_control_variate_update(tmp_path: Path) -> None:
     algo = make_algorithm(tmp_path, "scaffold", local_steps=3, lr=0.03)
     one_round(algo, 1)  # afterwards c_i and c are non-zero
     peer = 2
-    c_i, c = algo.c_local[peer].clone().double(), algo.c_mix[peer].clone().double()
+    c_i, c = algo.peers[peer].c_local.clone().double(), algo.peers[peer].c_mix.clone().double()
     assert float(c_i.abs().max()) > 0 and float((c - c_i).abs().max()) > 0
-    w_start = algo.flat_params(peer).double()
+    w_start = algo.flat_params(algo.peers[peer]).double()
     algo.local_update(peer, 2)
-    w = algo.flat_params(peer).double()
+    w = algo.flat_params(algo.peers[peer]).double()
     expected = c_i - c + (w_start - w) / (3 * 0.03)
-    torch.testing.assert_close(algo.c_local[peer].double(), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(algo.peers[peer].c_local.double(), expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("momentum,weight_decay", [(0.0, 0.0), (0.9, 1e-3)])
@@ -75,13 +76,13 @@ def test_scaffold_local_steps_by_hand(tmp_path: Path, momentum: float, weight_de
                           weight_decay=weight_decay)
     one_round(algo, 1)
     peer = 1
-    saved = copy.deepcopy(algo.peer_state(peer))
+    saved = copy.deepcopy(record_state(algo.peers[peer]))
     algo.local_update(peer, 2)
-    stepped = [p.detach().clone() for p in algo.trainable(peer)]
-    algo.load_peer_state(peer, copy.deepcopy(saved))  # same weights, control variates, batches, augmentation
-    params = algo.trainable(peer)
+    stepped = [p.detach().clone() for p in algo.trainable(algo.peers[peer].model)]
+    restore_record(algo.peers[peer], device=algo.ctx.device, state=copy.deepcopy(saved))  # same weights, control variates, batches, augmentation
+    params = algo.trainable(algo.peers[peer].model)
     correction = [d.view_as(p) for d, p in
-                  zip((algo.c_mix[peer] - algo.c_local[peer]).split([p.numel() for p in params]), params)]
+                  zip((algo.peers[peer].c_mix - algo.peers[peer].c_local).split([p.numel() for p in params]), params)]
     assert max(float(d.abs().max()) for d in correction) > 0
     w = [p.detach().clone() for p in params]
     bufs = None
@@ -89,8 +90,8 @@ def test_scaffold_local_steps_by_hand(tmp_path: Path, momentum: float, weight_de
         with torch.no_grad():
             for p, wk in zip(params, w):
                 p.copy_(wk)
-        x, y = algo.next_batch(peer)
-        grads = torch.autograd.grad(algo.batch_loss(peer, x, y), params)
+        x, y = algo.peers[peer].data.next_batch(algo.batch_size(algo.peers[peer]))
+        grads = torch.autograd.grad(algo.batch_loss(algo.peers[peer], x, y), params)
         d_p = [g + weight_decay * wk for g, wk in zip(grads, w)]
         bufs = d_p if bufs is None else [momentum * b + d for b, d in zip(bufs, d_p)]
         w = [wk - lr * b - lr * d for wk, b, d in zip(w, bufs, correction)]
@@ -103,15 +104,15 @@ def test_scaffold_mixes_control_variates_as_a_second_message(tmp_path: Path) -> 
     peers = algo.ctx.local_peers
     for p in peers:
         algo.local_update(p, 1)
-    controls = torch.stack([algo.c_local[p].double() for p in peers])
+    controls = torch.stack([algo.peers[p].c_local.double() for p in peers])
     stats = algo.ctx.exchange.stats
     sent0 = dict(stats.peer_sent)
     algo.communicate(1, set(peers))
     for p in peers:  # complete + uniform: the mix is the mean, i.e. SCAFFOLD's server control variate
-        torch.testing.assert_close(algo.c_mix[p].double(), controls.mean(0), rtol=0, atol=1e-6)
-        assert not torch.equal(algo.c_mix[p], algo.c_local[p])  # the peer keeps its own c_i
-    params = algo.mixable[0].numel
-    control = algo.c_local[0].numel()
+        torch.testing.assert_close(algo.peers[p].c_mix.double(), controls.mean(0), rtol=0, atol=1e-6)
+        assert not torch.equal(algo.peers[p].c_mix, algo.peers[p].c_local)  # the peer keeps its own c_i
+    params = algo.peers[0].mixable.numel
+    control = algo.peers[0].c_local.numel()
     deg = len(peers) - 1
     assert {p: stats.peer_sent[p] - sent0.get(p, 0) for p in peers} == {p: 4 * deg * (params + control) for p in peers}
 
@@ -120,7 +121,7 @@ def test_solo_never_communicates(tmp_path: Path) -> None:
     algo = make_algorithm(tmp_path, "solo")
     trained = one_round(algo, 1)
     for p in algo.ctx.local_peers:
-        assert torch.equal(state_vector(algo.models[p]), trained[p])
+        assert torch.equal(state_vector(algo.peers[p].model), trained[p])
     assert sum(algo.ctx.exchange.stats.peer_sent.values()) == 0
     assert not torch.equal(trained[0], trained[1])
 

@@ -176,6 +176,6 @@ def test_augmentations_and_peer_data_on_cuda():
     assert raw.min() >= 0 and raw.max() <= 1
     s = supervised_augment(x, g1, MEAN3, STD3)
     assert s.device.type == "cuda" and s.shape == x.shape
-    pd = PeerData(x.cpu(), torch.arange(64), None, peer=0, seed=0, device="cuda")
-    seen = torch.cat([y for _, y in pd.batches(16)])
+    pd = PeerData(x.cpu(), torch.arange(64), peer=0, seed=0, device="cuda")
+    seen = torch.cat([pd.next_batch(16)[1] for _ in range(4)])
     assert seen.device.type == "cuda" and sorted(seen.tolist()) == list(range(64))

@@ -9,13 +9,13 @@ from p2pfl.data.datasets import CIFAR10_CLASSES, synthetic_dataset
 from p2pfl.data.loader import PeerData
 from p2pfl.data.partition import partition
 from p2pfl.data.tasks import (
-    apply_task,
     coarse_labels,
+    keep_labels,
     make_mosaic,
+    make_task,
     mosaic_indices,
     split_public,
-    task_info,
-    transform_task,
+    task_outputs,
 )
 
 
@@ -24,43 +24,36 @@ def ds():
     return synthetic_dataset(num_train=600, num_test=100, seed=1)
 
 
-def test_peer_data_holds_its_shard(ds):
-    parts = partition(ds.y_train, 4, "iid", seed=0)
-    pd = PeerData.from_dataset(ds, parts[2], peer=2, seed=0)
-    assert len(pd) == parts[2].size and pd.x.dtype == torch.uint8
-    assert torch.equal(pd.x, ds.x_train[parts[2]]) and torch.equal(pd.y, ds.y_train[parts[2]])
+def _epoch(pd: PeerData, batch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [pd.next_batch(batch) for _ in range(pd.steps_per_epoch(batch))]
 
 
-def test_epoch_covers_the_shard_exactly_once(ds):
-    idx = np.arange(0, 600, 3)  # 200 samples; the sample id is recoverable from its label row
-    ids = torch.arange(600)
-    pd = PeerData(ds.x_train, ids, idx, peer=0, seed=0)
-    for drop_last, bs in ((False, 32), (True, 50), (False, 200)):
-        seen = torch.cat([y for _, y in pd.batches(bs, drop_last=drop_last)])
+def test_epoch_covers_the_shard_once_and_drops_the_ragged_end(ds):
+    idx = torch.arange(0, 600, 3)  # 200 samples; the target is the sample id
+    pd = PeerData(ds.x_train[idx], idx, peer=0, seed=0)
+    for bs in (50, 200):
+        seen = torch.cat([y for _, y in _epoch(pd, bs)])
         assert sorted(seen.tolist()) == idx.tolist()
-        assert pd.steps_per_epoch(bs, drop_last) == (-(-200 // bs) if not drop_last else 200 // bs)
-    # drop_last with a ragged end: each batch full, no repeats, 200 // 64 * 64 samples
-    batches = list(pd.batches(64, drop_last=True))
-    assert len(batches) == 3 and all(x.shape[0] == 64 for x, _ in batches)
+    pd = PeerData(ds.x_train[idx], idx, peer=0, seed=0)
+    batches = _epoch(pd, 64)  # each batch full, no repeats, 200 // 64 * 64 samples
+    assert pd.steps_per_epoch(64) == 3 and all(x.shape[0] == 64 for x, _ in batches)
     seen = torch.cat([y for _, y in batches])
     assert seen.unique().numel() == 192 and set(seen.tolist()) <= set(idx.tolist())
 
 
 def test_images_travel_with_their_targets(ds):
-    pd = PeerData.from_dataset(ds, np.arange(100), peer=1, seed=0)
-    for x, y in pd.batches(16):
-        # find each image in the dataset and check its label
+    pd = PeerData(ds.x_train[:100], ds.y_train[:100], peer=1, seed=0)
+    for x, y in _epoch(pd, 16):
         pos = [int((ds.x_train[:100] == xi).flatten(1).all(1).nonzero()[0]) for xi in x]
         assert torch.equal(ds.y_train[pos], y)
 
 
 def test_epochs_differ_and_streams_are_per_peer_and_seeded(ds):
-    idx = np.arange(128)
-    ids = torch.arange(600)
+    ids = torch.arange(128)
 
     def orders(peer, seed, epochs=2):
-        pd = PeerData(ds.x_train, ids, idx, peer=peer, seed=seed)
-        return [torch.cat([y for _, y in pd.batches(32)]) for _ in range(epochs)]
+        pd = PeerData(ds.x_train[:128], ids, peer=peer, seed=seed)
+        return [torch.cat([y for _, y in _epoch(pd, 32)]) for _ in range(epochs)]
 
     a = orders(0, 0)
     assert not torch.equal(a[0], a[1])
@@ -69,16 +62,15 @@ def test_epochs_differ_and_streams_are_per_peer_and_seeded(ds):
     assert not torch.equal(a[0], orders(0, 1)[0])
 
 
-def test_batches_draws_its_order_when_called(ds):
-    """Creating an epoch advances the stream even if it is not iterated, so the next epoch does not depend
-    on how much of this one was consumed."""
-    ids = torch.arange(600)
-    p1 = PeerData(ds.x_train, ids, np.arange(64), peer=0, seed=0)
-    p2 = PeerData(ds.x_train, ids, np.arange(64), peer=0, seed=0)
-    p1.batches(16)
-    it = p2.batches(16)
-    next(it)
-    assert torch.equal(next(p1.batches(16))[1], next(p2.batches(16))[1])
+def test_the_cursor_resumes_mid_epoch_exactly(ds):
+    """A shard restored from its state_dict continues with the same batches as one that was never saved."""
+    ids = torch.arange(128)
+    a, b = PeerData(ds.x_train[:128], ids, peer=2, seed=5), PeerData(ds.x_train[:128], ids, peer=2, seed=5)
+    for _ in range(3):
+        a.next_batch(32)
+    b.load_state_dict(a.state_dict())
+    for _ in range(7):  # past the epoch's end: the next permutation comes from the restored stream
+        assert torch.equal(a.next_batch(32)[1], b.next_batch(32)[1])
 
 
 def test_coarse_labels():
@@ -86,7 +78,7 @@ def test_coarse_labels():
     vehicles = {"airplane", "automobile", "ship", "truck"}
     want = [0 if CIFAR10_CLASSES[k] in vehicles else 1 for k in range(10)]
     assert coarse_labels(y).tolist() == want
-    assert task_info("cifar10-coarse").num_outputs == 2
+    assert task_outputs("cifar10-coarse", None, 10) == 2
 
 
 def test_mosaic_pixels_and_targets(ds):
@@ -109,18 +101,20 @@ def test_mosaic_pixels_and_targets(ds):
     assert not torch.equal(make_mosaic(x, y, 40, seed=3, peer=5, purpose="mosaic-train")[0], m)
 
 
-def test_transform_and_apply_task(ds):
+def test_make_task_per_kind(ds):
     x, y = ds.x_train[:20], ds.y_train[:20]
-    assert transform_task("cifar10", x, y, seed=0)[1] is y
-    assert torch.equal(transform_task("cifar10-coarse", x, y, seed=0)[1], coarse_labels(y))
-    mx, my = transform_task("mosaic", x, y, seed=0, peer=1)
+    assert make_task("cifar10", None, x, y, 10, seed=0, peer=1, purpose="train")[1] is y
+    assert torch.equal(make_task("cifar10-coarse", None, x, y, 10, 0, 1, "train")[1], coarse_labels(y))
+    mx, my = make_task("mosaic", None, x, y, 10, seed=0, peer=1, purpose="train")
     assert mx.shape == x.shape and my.shape == (20, 10) and my.dtype == torch.float32
-    mosaic = apply_task(ds, "mosaic", seed=0)
-    assert mosaic.multilabel and mosaic.num_classes == 10 and mosaic.x_test.shape == ds.x_test.shape
-    coarse = apply_task(ds, "cifar10-coarse", seed=0)
-    assert coarse.num_classes == 2 and coarse.classes == ("vehicle", "animal") and not coarse.multilabel
-    with pytest.raises(ValueError, match="choose one of"):
-        task_info("segmentation")
+    assert torch.equal(mx, make_mosaic(x, y, 20, 0, 1, "mosaic-train")[0])
+    labels = (2, 5, 7)
+    keep = torch.as_tensor(keep_labels(y, labels))
+    xs, ys = make_task("classify", labels, x[keep], y[keep], 10, 0, 1, "train")
+    assert ys.tolist() == [labels.index(int(v)) for v in y[keep]]  # re-indexed 0..L-1 in the set's order
+    assert task_outputs("classify", labels, 10) == 3 and task_outputs("mosaic", labels, 10) == 3
+    _, my = make_task("mosaic", labels, x[keep], y[keep], 10, 0, 1, "train")
+    assert my.shape[1] == 3
 
 
 def test_split_public(ds):

@@ -26,20 +26,19 @@ def _fill_distinct(models: dict[int, nn.Module]) -> dict[int, dict[str, torch.Te
 
 @pytest.mark.parametrize("fedbn", [True, False])
 def test_fedbn_never_mixes_batchnorm_and_mixes_everything_else(tmp_path: Path, fedbn: bool) -> None:
-    ctx, algo = setup_algorithm(tmp_path, algorithm="dec-ssl", model="resnet-small", fedbn=fedbn,
-                                topology="cycle")
-    before = _fill_distinct(algo.models)
+    algo = setup_algorithm(tmp_path, algorithm="dec-ssl", model="resnet-small", fedbn=fedbn, topology="cycle")
+    before = _fill_distinct({p: peer.model for p, peer in algo.peers.items()})
     algo.communicate(1, set(range(4)))
     bn_modules = (nn.BatchNorm1d, nn.BatchNorm2d)
-    bn_names = {f"{m}.{t}" for m, mod in algo.models[0].named_modules() if isinstance(mod, bn_modules)
+    bn_names = {f"{m}.{t}" for m, mod in algo.peers[0].model.named_modules() if isinstance(mod, bn_modules)
                 for t in ("weight", "bias", "running_mean", "running_var")}
     assert bn_names, "the model has BatchNorm layers"
-    for p, model in algo.models.items():
+    for p, model in ((p, peer.model) for p, peer in algo.peers.items()):
         state = model.state_dict()
         for name, value in state.items():
             if not value.is_floating_point():
                 continue
-            expected = sum(w * before[j][name] for j, w in mixing_row(ctx.W, p, set(range(4))))
+            expected = sum(w * before[j][name] for j, w in mixing_row(algo.ctx.W, p, set(range(4))))
             if fedbn and name in bn_names:
                 assert torch.equal(value, before[p][name]), name
             else:
@@ -83,12 +82,13 @@ def test_short_run_on_4_ranks_writes_everything_and_matches_1_rank(runs_dir: Pat
 
 
 def test_neighbour_drift_equals_direct_layer_norm_sum(tmp_path: Path) -> None:
-    ctx, algo = setup_algorithm(tmp_path, algorithm="dec-ssl", model="resnet-small", topology="star")
-    _fill_distinct(algo.models)
+    algo = setup_algorithm(tmp_path, algorithm="dec-ssl", model="resnet-small", topology="star")
+    ctx = algo.ctx
+    _fill_distinct({p: peer.model for p, peer in algo.peers.items()})
     drift = algo.neighbour_drift(1)
     for p in range(4):
         expected = []
         for q in sorted(ctx.graph.neighbors(p)):
-            pa, pb = dict(algo.models[p].named_parameters()), dict(algo.models[q].named_parameters())
+            pa, pb = dict(algo.peers[p].model.named_parameters()), dict(algo.peers[q].model.named_parameters())
             expected.append(sum(float((pa[n] - pb[n]).detach().double().norm()) for n in pa))
         assert drift[p] == pytest.approx(sum(expected) / len(expected), rel=1e-5)

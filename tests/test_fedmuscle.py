@@ -1,4 +1,4 @@
-"""FedMuscle (SPEC §6): the peer specification, the shared public batch, seeded neighbour sampling, what the
+"""FedMuscle (SPEC §6): the shared public batch, seeded neighbour sampling, what the
 alignment phase may change, equality with local training at T = 0, LoRA peers, and a 4-rank job."""
 from __future__ import annotations
 
@@ -14,54 +14,22 @@ import yaml
 
 import topologies
 from conftest import run_job
-from p2pfl.algorithms.fedmuscle import (FedMuscle, multilabel_scores, public_batch_indices, sample_neighbours,
-                                        server_bytes_per_round, to_geometry)
-from p2pfl.comm.exchange import Exchange
-from p2pfl.comm.placement import Placement
-from p2pfl.comm.world import World
-from p2pfl.config import make_config
-from p2pfl.data import load_dataset, split_public
+from helpers_inproc import setup_algorithm
+from test_peerspec import GRAY28, TINY_VIT, two_family_spec, write_yaml
+from p2pfl.algorithms.fedmuscle import FedMuscle, public_batch_indices, sample_neighbours, server_bytes_per_round
+from p2pfl.data import load_dataset, split_public, to_geometry
+from p2pfl.evaluation import multilabel_scores
 from p2pfl.losses import muscle_loss
-from p2pfl.peerspec import PeerSpecError, parse_peers_spec
-from p2pfl.rounds import RunContext
 from p2pfl.seeding import SHARED, numpy_rng
-
-TINY_VIT = {"depth": 1, "hidden_size": 32, "heads": 2, "patch_size": 8}
-
-
-def write_yaml(path: Path, data) -> Path:
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-GRAY28 = {"channels": 1, "image_size": 28}
-
-
-def two_family_spec(per_group: int = 2, public_size: int = 200) -> dict:
-    """simple-cnn on 10-class gray 28x28 synthetic images (public images converted to that format), a tiny
-    ViT on multi-label mosaics of 6 of the classes of 32x32 RGB synthetic images (the public set's format)."""
-    return {"public": {"size": public_size}, "test_subset": 100, "groups": [
-        {"count": per_group, "model": "simple-cnn", "task": "synthetic", "dataset_options": GRAY28},
-        {"count": per_group, "model": "vit-tiny", "model_options": TINY_VIT, "task": "mosaic",
-         "dataset": "synthetic", "labels": [0, 1, 2, 3, 4, 5]},
-    ]}
 
 
 def make_algorithm(tmp_path: Path, spec: dict | None, n_peers: int, topology: str = "complete", **options
                    ) -> FedMuscle:
-    """A FedMuscle instance for n_peers peers in this process (one rank), after setup()."""
+    """A set-up FedMuscle of n_peers peers in this process (one rank)."""
     if spec is not None:
         options["peers_spec"] = str(write_yaml(tmp_path / "spec.yaml", spec))
-    cfg = make_config(algorithm="fedmuscle", peers=n_peers, topology=topology, out=str(tmp_path), **options)
-    world = World.detect()
-    graph = topologies.build(topology, n_peers, seed=cfg.seed)
-    placement = Placement(n_peers, 1)
-    exchange = Exchange(world, graph, placement, timeout=60)
-    ctx = RunContext(cfg=cfg, world=world, graph=graph, W=np.asarray(topologies.mixing_matrix(graph)),
-                     placement=placement, exchange=exchange, device=torch.device("cpu"), run_dir=tmp_path)
-    algo = FedMuscle(ctx)
-    algo.setup()
-    return algo
+    return setup_algorithm(tmp_path, algorithm="fedmuscle", peers=n_peers, topology=topology,
+                           **{"dataset": "fashion-mnist", **options})
 
 
 def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -70,69 +38,6 @@ def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def changed(before: dict[str, torch.Tensor], model: torch.nn.Module) -> set[str]:
     return {n for n, p in model.named_parameters() if not torch.equal(before[n], p.detach())}
-
-
-# ------------------------------------------------------------------------------------------------ the peer spec
-
-def test_peer_spec_expands_ranges_counts_and_defaults() -> None:
-    spec = parse_peers_spec({
-        "public": {"dataset": "cifar10", "size": 1000},
-        "groups": [
-            {"peers": "0-2", "model": "simple-cnn", "task": "cifar10"},
-            {"count": 2, "model": "vit-tiny", "task": "cifar10-coarse"},
-            {"peers": [5, "6..7"], "model": "resnet-small", "task": "mosaic", "labels": [1, 3, 5]},
-            {"peers": 8, "model": "simple-cnn", "task": "fashion-mnist"},
-        ]}, "s.yaml")
-    assert spec.n_peers == 9
-    assert [e.group for e in spec.peers] == [0, 0, 0, 1, 1, 2, 2, 2, 3]
-    assert [e.dataset for e in spec.peers] == ["cifar10"] * 8 + ["fashion-mnist"]
-    assert spec.peers[5].labels == (1, 3, 5) and spec.peers[5].metric == "mAP"
-    assert spec.peers[0].metric == "accuracy"
-    assert spec.public_size == 1000 and spec.public_key == "cifar10"
-    m = spec.manifest()
-    assert [(d["peer"], d["model"], d["task"]) for d in m][:4] == [
-        (0, "simple-cnn", "cifar10"), (1, "simple-cnn", "cifar10"), (2, "simple-cnn", "cifar10"),
-        (3, "vit-tiny", "cifar10-coarse")]
-    # every group on synthetic data: the public set defaults to synthetic images too
-    syn = parse_peers_spec(two_family_spec(), "s.yaml", public_size=300)
-    assert syn.public_dataset == "synthetic" and syn.public_size == 200 and syn.n_peers == 4
-
-
-@pytest.mark.parametrize("data,needle", [
-    ({"groups": [{"peers": "0-1", "model": "simple-cnn", "task": "segmentation"}]}, "unknown task 'segmentation'"),
-    ({"groups": [{"peers": "0-1", "model": "simple-cnn"}]}, "'task' is required"),
-    ({"groups": [{"peers": "0-2", "model": "a", "task": "cifar10"},
-                 {"peers": "2-3", "model": "b", "task": "mosaic"}]}, "peer 2 is already assigned by group 0"),
-    ({"groups": [{"peers": [0, 2], "model": "a", "task": "cifar10"}]}, "peer(s) [1] have no group"),
-    ({"groups": [{"peers": "3-1", "model": "a", "task": "cifar10"}]}, "empty range"),
-    ({"groups": [{"peers": "0-1", "count": 2, "model": "a", "task": "cifar10"}]}, "exactly one of 'peers'"),
-    ({"groups": [{"peers": "0-1", "model": "a", "task": "cifar10", "labels": [0, 10]}]}, "labels must lie in 0..9"),
-    ({"groups": [{"peers": "0-1", "model": "a", "task": "cifar10-coarse", "dataset": "fashion-mnist"}]},
-     "cifar10-coarse"),
-    ({"groups": [{"peers": "0-1", "model": "a", "task": "cifar10", "colour": "red"}]}, "unknown key 'colour'"),
-    ({"peers": 3, "groups": [{"peers": "0-3", "model": "a", "task": "cifar10"}]}, "peer 3 is beyond the 3 peers"),
-    ({"groups": [{"peers": "0-1", "model": "a", "task": "cifar10"}], "public": {"size": -5}}, "size must be"),
-    ({"groups": []}, "non-empty list"),
-])
-def test_peer_spec_errors_are_one_clear_line(data, needle: str) -> None:
-    with pytest.raises(PeerSpecError) as info:
-        parse_peers_spec(data, "bad.yaml")
-    message = str(info.value)
-    assert needle in message and message.startswith("--peers-spec bad.yaml") and "\n" not in message
-
-
-def test_peer_spec_must_agree_with_peers() -> None:
-    with pytest.raises(ValueError, match="assigns 4 peers but the run has --peers 5"):
-        parse_peers_spec(two_family_spec(), "s.yaml", n_peers=5)
-
-
-def test_bad_spec_ends_the_job_with_one_line(tmp_path: Path) -> None:
-    spec = write_yaml(tmp_path / "bad.yaml", {"groups": [{"peers": "0-3", "model": "simple-cnn", "task": "nope"}]})
-    proc = run_job(["-m", "p2pfl.run", "--algorithm", "fedmuscle", "--peers-spec", str(spec), "--out",
-                    str(tmp_path), "--no-progress", "--no-plots"], ranks=0)
-    assert proc.returncode == 2
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("p2pfl: error: --peers-spec") and "unknown task 'nope'" in lines[0]
 
 
 # ------------------------------------------------------------------------------------------------ pure pieces
@@ -228,15 +133,15 @@ def test_alignment_phase_changes_only_the_representation_model(tmp_path: Path) -
                           batch_size=16, contrastive_steps=2, muscle_m=2, rep_dim=16, public_batch=8)
     for p in range(4):
         algo.local_update(p, 1)
-    before = {p: snapshot(algo.models[p]) for p in range(4)}
+    before = {p: snapshot(algo.peers[p].model) for p in range(4)}
     algo.communicate(1, set(range(4)))
     for p in range(4):
-        model = algo.models[p]
+        model = algo.peers[p].model
         rep = {n for n, _ in model.named_parameters() if n.startswith(("encoder.", "projection."))}
         moved = changed(before[p], model)
         assert moved <= rep, moved - rep  # the task head never moves here
         assert any(n.startswith("projection.") for n in moved) and any(n.startswith("encoder.") for n in moved)
-        assert np.isfinite(algo.last_align[p])
+        assert np.isfinite(algo.peers[p].last_align)
 
 
 def test_task_groups_share_nothing_and_the_public_set_is_held_out(tmp_path: Path) -> None:
@@ -246,9 +151,9 @@ def test_task_groups_share_nothing_and_the_public_set_is_held_out(tmp_path: Path
         {"peers": [3, 4], "model": "simple-cnn", "task": "mosaic", "dataset": "synthetic", "labels": [0, 1, 2, 3]},
         {"peers": 5, "model": "simple-cnn", "task": "synthetic", "dataset_options": GRAY28}]}
     algo = make_algorithm(tmp_path, spec, 6, dataset="synthetic", train_subset=1200, alpha=1.0)
-    assert [[e.peer for e in g] for g in algo.spec.task_groups()] == [[0, 1, 2], [3, 4], [5]]
+    assert [[e.peer for e in g] for g in algo.work.spec.task_groups()] == [[0, 1, 2], [3, 4], [5]]
     private, public = split_public(2000, 300, 0)
-    rgb = [set(algo.parts[p].tolist()) for p in range(5)]
+    rgb = [set(algo.work.parts[p].tolist()) for p in range(5)]
     for a, b in itertools.combinations(rgb, 2):
         assert not a & b
     # --train-subset caps the private pool (the public images are never in it)
@@ -256,26 +161,26 @@ def test_task_groups_share_nothing_and_the_public_set_is_held_out(tmp_path: Path
     # 3 + 2 peers split the pool in proportion; the label set keeps only its classes
     assert len(set().union(*rgb[:3])) == 1200 * 3 // 5
     ds = load_dataset("synthetic")
-    mosaic_labels = ds.y_train[torch.as_tensor(np.concatenate([algo.parts[3], algo.parts[4]]))]
+    mosaic_labels = ds.y_train[torch.as_tensor(np.concatenate([algo.work.parts[3], algo.work.parts[4]]))]
     assert set(mosaic_labels.tolist()) == {0, 1, 2, 3} and 0.3 * 480 < len(mosaic_labels) < 0.5 * 480
     # every peer of a task group has the same test set
-    assert algo.tests[0] is algo.tests[1] is algo.tests[2] and algo.tests[3] is algo.tests[4]
-    assert algo.tests[3][1].shape[1] == 4 and algo.models[3].head.fc.out_features == 4
+    assert algo.work.tasks[0].test is algo.work.tasks[1].test is algo.work.tasks[2].test and algo.work.tasks[3].test is algo.work.tasks[4].test
+    assert algo.work.tasks[3].test[1].shape[1] == 4 and algo.peers[3].model.head.fc.out_features == 4
     # another dataset: nothing held out of it; a seeded subset (not the first N: real archives are class-sorted)
-    assert len(set(algo.parts[5].tolist())) == 1200 and algo.parts[5].max() >= 1200
+    assert len(set(algo.work.parts[5].tolist())) == 1200 and algo.work.parts[5].max() >= 1200
     # the public images, once per input format
-    assert set(algo.public) == {(3, 32), (1, 28)}
-    assert torch.equal(algo.public[(1, 28)], to_geometry(algo.public[(3, 32)], 1, 28))
-    assert torch.equal(algo.public[(3, 32)], ds.x_train[torch.as_tensor(public)])
+    assert set(algo.work.public) == {(3, 32), (1, 28)}
+    assert torch.equal(algo.work.public[(1, 28)], to_geometry(algo.work.public[(3, 32)], 1, 28))
+    assert torch.equal(algo.work.public[(3, 32)], ds.x_train[torch.as_tensor(public)])
 
 
 def test_alignment_with_partial_participation_leaves_inactive_peers_alone(tmp_path: Path) -> None:
     algo = make_algorithm(tmp_path, two_family_spec(), 4, dataset="synthetic", train_subset=400, local_steps=1,
                           batch_size=16, contrastive_steps=1, muscle_m=3, rep_dim=16, public_batch=8)
-    before = {p: snapshot(algo.models[p]) for p in range(4)}
+    before = {p: snapshot(algo.peers[p].model) for p in range(4)}
     algo.communicate(1, {0, 2, 3})
-    assert changed(before[1], algo.models[1]) == set()
-    assert set(algo.last_align) == {0, 2, 3}
+    assert changed(before[1], algo.peers[1].model) == set()
+    assert {p for p, peer in algo.peers.items() if peer.last_align is not None} == {0, 2, 3}
     assert algo.ctx.exchange.stats.peer_sent.get(1, 0) == 0
     assert algo.ctx.exchange.stats.peer_sent[0] == 2 * 8 * 16 * 4  # two active neighbours, B x d float32
 
@@ -301,7 +206,7 @@ def hf_spec(path: Path) -> dict:
 def test_lora_peer_changes_only_adapters_and_heads(tmp_path: Path, tiny_hf_vit: Path) -> None:
     algo = make_algorithm(tmp_path, hf_spec(tiny_hf_vit), 3, dataset="synthetic", train_subset=300, local_steps=2,
                           batch_size=16, contrastive_steps=2, muscle_m=2, rep_dim=16, public_batch=8)
-    model = algo.models[0]
+    model = algo.peers[0].model
     start = snapshot(model)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n or n.startswith(("projection.", "head.")) for n in trainable)
@@ -322,11 +227,11 @@ def test_hf_peer_and_cnn_peers_align(tmp_path: Path, tiny_hf_vit: Path) -> None:
     """The Muscle loss of the transformers peer against the CNN peers (and theirs) falls over rounds."""
     algo = make_algorithm(tmp_path, hf_spec(tiny_hf_vit), 3, dataset="synthetic", train_subset=300, local_steps=1,
                           batch_size=32, contrastive_steps=8, muscle_m=2, rep_dim=32, lr=5e-3)
-    idx = torch.as_tensor(public_batch_indices(99, 0, 0, algo.n_public, 32))
+    idx = torch.as_tensor(public_batch_indices(99, 0, 0, algo.work.n_public, 32))
 
     def fixed_batch_losses() -> list[float]:
         with torch.no_grad():
-            z = {p: algo.represent(p, idx) for p in range(3)}
+            z = {p: algo.represent(algo.peers[p], idx) for p in range(3)}
             return [float(muscle_loss(z[p], [z[q] for q in range(3) if q != p])) for p in range(3)]
 
     first = fixed_batch_losses()
@@ -335,7 +240,7 @@ def test_hf_peer_and_cnn_peers_align(tmp_path: Path, tiny_hf_vit: Path) -> None:
         for p in range(3):
             algo.local_update(p, t)
         algo.communicate(t, {0, 1, 2})
-        per_round.append([algo.last_align[p] for p in range(3)])
+        per_round.append([algo.peers[p].last_align for p in range(3)])
     last = fixed_batch_losses()
     for p in range(3):
         assert last[p] < first[p] - 0.5, (p, first, last)
@@ -446,15 +351,3 @@ def test_zero_contrastive_steps_is_local_training_bitwise(tmp_path: Path) -> Non
     assert manifest["peers_spec"] == json.loads((muscle / "manifest.json").read_text())["peers_spec"]
 
 
-@pytest.mark.parametrize("config", ["fedmuscle-cifar10-hetero.yaml", "fedmuscle-hf-lora.yaml"])
-def test_presets_are_valid(config: str) -> None:
-    from conftest import ROOT
-    from p2pfl.config import load_yaml
-    from p2pfl.peerspec import load_peers_spec
-
-    values = load_yaml(str(ROOT / "launch" / "configs" / config))
-    cfg = make_config(**{**values, "peers_spec": str(ROOT / values["peers_spec"])})
-    spec = load_peers_spec(cfg.peers_spec, public_size=cfg.public_size)
-    assert 6 <= spec.n_peers <= 12
-    assert len({e.model for e in spec.peers}) >= 3 and len({e.task for e in spec.peers}) == 3
-    assert spec.public_dataset == "cifar10" and spec.public_size == 5000

@@ -176,8 +176,6 @@ def test_representation_net_groups_disjoint_cover_and_contrastive_step_leaves_he
     opt.step()
     for k, v in net.head.state_dict().items():
         assert torch.equal(v, before[k])
-    logits, r = net.forward_both(x)
-    assert logits.shape == (4, 5) and r.shape == (4, 32)
 
 
 # ------------------------------------------------------------------ mixable state / FedBN

@@ -12,11 +12,10 @@ import torch
 import torch.nn.functional as F
 
 from conftest import run_job
-from p2pfl.comm.world import World
-from p2pfl.config import make_config, validate
+from helpers_inproc import setup_algorithm
 from p2pfl.data import supervised_augment
 from p2pfl.models import MixableState
-from p2pfl.run import build_algorithm, build_context, main
+from p2pfl.run import main
 
 # A small, fast setting on the synthetic dataset; tests override what they check.
 FAST = {"dataset": "synthetic", "peers": 4, "topology": "complete", "mixing": "uniform", "optimizer": "sgd",
@@ -26,12 +25,8 @@ FAST = {"dataset": "synthetic", "peers": 4, "topology": "complete", "mixing": "u
 
 
 def make_algorithm(tmp_path: Path, algorithm: str, **options):
-    """Build and set up `algorithm` in this process, as p2pfl.run does on one rank."""
-    cfg = make_config(algorithm=algorithm, out=str(tmp_path), **{**FAST, **options})
-    world = World.detect()
-    validate(cfg, world_size=world.size)
-    ctx = build_context(world, cfg, announce=False)
-    return build_algorithm(ctx)
+    """`algorithm` set up in this process in the FAST setting (overridden by `options`)."""
+    return setup_algorithm(tmp_path, algorithm=algorithm, **{**FAST, **options})
 
 
 def state_vector(model: torch.nn.Module) -> torch.Tensor:
@@ -41,7 +36,7 @@ def state_vector(model: torch.nn.Module) -> torch.Tensor:
 
 def a_batch(algo, peer: int, n: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
     """An augmented, normalised batch of the peer's own images (drawn from a private generator)."""
-    data = algo.data[peer]
+    data = algo.peers[peer].data
     x, y = data.x[:n], data.y[:n]
     gen = torch.Generator().manual_seed(1234)
     ds = algo.dataset
@@ -54,7 +49,7 @@ def one_round(algo, round: int, active: set[int] | None = None) -> dict[int, tor
     trained = {}
     for p in sorted(active):
         algo.local_update(p, round)
-        trained[p] = state_vector(algo.models[p])
+        trained[p] = state_vector(algo.peers[p].model)
     algo.communicate(round, active)
     return trained
 
@@ -74,12 +69,12 @@ def _reference_loss(algo, peer: int, x: torch.Tensor, y: torch.Tensor) -> float:
     """CE + mu·ℓ_con computed in float64 from copies of the three kinds of model, cosines written out."""
     def dbl(model):
         return copy.deepcopy(model).double().eval()
-    model = dbl(algo.models[peer]).train()
+    model = dbl(algo.peers[peer].model).train()
     xd = x.double()
     _, z, logits = model(xd)
     ce = F.cross_entropy(logits, y)
-    z_glob = dbl(algo.glob[peer])(xd)[1]
-    z_prev = [dbl(ref)(xd)[1] for ref in algo.pool[peer]]
+    z_glob = dbl(algo.peers[peer].glob)(xd)[1]
+    z_prev = [dbl(ref)(xd)[1] for ref in algo.peers[peer].pool]
 
     def cos(a, b):
         return (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1))
@@ -93,10 +88,10 @@ def _reference_loss(algo, peer: int, x: torch.Tensor, y: torch.Tensor) -> float:
 def test_round_one_is_plain_cross_entropy(tmp_path: Path) -> None:
     algo = make_algorithm(tmp_path, "moon")
     x, y = a_batch(algo, 0)
-    algo.before_local(0, 1)
-    assert algo.pool[0] == []
-    loss = algo.loss(0, x, y)
-    assert torch.equal(loss, F.cross_entropy(algo.models[0](x)[2], y))
+    algo.before_local(algo.peers[0], 1)
+    assert len(algo.peers[0].pool) == 0
+    loss = algo.loss(algo.peers[0], x, y)
+    assert torch.equal(loss, F.cross_entropy(algo.peers[0].model(x)[2], y))
 
 
 @pytest.mark.parametrize("prev_models", [1, 2])
@@ -104,31 +99,31 @@ def test_loss_matches_float64_computation(tmp_path: Path, prev_models: int) -> N
     algo = make_algorithm(tmp_path, "moon", prev_models=prev_models, mu=2.5, temperature=0.3)
     for t in (1, 2, 3):
         one_round(algo, t)
-    assert len(algo.pool[1]) == prev_models
-    algo.before_local(1, 4)  # the round-4 start model (the mix) becomes z_glob's source
+    assert len(algo.peers[1].pool) == prev_models
+    algo.before_local(algo.peers[1], 4)  # the round-4 start model (the mix) becomes z_glob's source
     x, y = a_batch(algo, 1)
-    algo.models[1].train()
-    got = float(algo.loss(1, x, y).detach())
+    algo.peers[1].model.train()
+    got = float(algo.loss(algo.peers[1], x, y).detach())
     assert got == pytest.approx(_reference_loss(algo, 1, x, y), rel=2e-6, abs=1e-6)
-    ce = float(F.cross_entropy(algo.models[1](x)[2], y).detach())
+    ce = float(F.cross_entropy(algo.peers[1].model(x)[2], y).detach())
     assert got > ce  # the contrastive term is really there
 
 
 def test_glob_equal_to_prev_gives_log2_and_no_gradient(tmp_path: Path) -> None:
     algo = make_algorithm(tmp_path, "moon", mu=5.0)
     one_round(algo, 1)
-    algo.before_local(0, 2)
-    algo.pool[0][0].load_state_dict(algo.glob[0].state_dict())  # z_prev = z_glob
+    algo.before_local(algo.peers[0], 2)
+    algo.peers[0].pool[0].load_state_dict(algo.peers[0].glob.state_dict())  # z_prev = z_glob
     x, y = a_batch(algo, 0)
-    model = algo.models[0].train()
+    model = algo.peers[0].model.train()
     _, z, logits = model(x)
-    con = algo.contrastive(0, x, z)
+    con = algo.contrastive(algo.peers[0], x, z)
     assert float(con.detach()) == pytest.approx(math.log(2), abs=1e-6)
     params = [p for p in model.parameters()]
     grads = torch.autograd.grad(con, params, allow_unused=True)
     assert all(g is None or float(g.abs().max()) < 1e-7 for g in grads)
     # hence the full loss's gradient is the cross-entropy's
-    loss_grads = torch.autograd.grad(algo.loss(0, x, y), params)
+    loss_grads = torch.autograd.grad(algo.loss(algo.peers[0], x, y), params)
     ce_grads = torch.autograd.grad(F.cross_entropy(model(x)[2], y), params)
     for a, b in zip(loss_grads, ce_grads):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
@@ -140,13 +135,13 @@ def test_previous_model_is_the_trained_one_not_the_mix(tmp_path: Path) -> None:
     algo = make_algorithm(tmp_path, "moon")
     trained = one_round(algo, 1)
     for p in algo.ctx.local_peers:
-        mixed = state_vector(algo.models[p])
+        mixed = state_vector(algo.peers[p].model)
         assert not torch.equal(mixed, trained[p])  # mixing changed the model ...
-        assert torch.equal(state_vector(algo.pool[p][0]), trained[p])  # ... but z_prev's model is the trained one
-        assert not algo.pool[p][0].training and not any(q.requires_grad for q in algo.pool[p][0].parameters())
-        algo.before_local(p, 2)
-        assert torch.equal(state_vector(algo.glob[p]), mixed)  # z_glob's model is the round's start (the mix)
-        assert not algo.glob[p].training
+        assert torch.equal(state_vector(algo.peers[p].pool[0]), trained[p])  # ... but z_prev's model is the trained one
+        assert not algo.peers[p].pool[0].training and not any(q.requires_grad for q in algo.peers[p].pool[0].parameters())
+        algo.before_local(algo.peers[p], 2)
+        assert torch.equal(state_vector(algo.peers[p].glob), mixed)  # z_glob's model is the round's start (the mix)
+        assert not algo.peers[p].glob.training
 
 
 def test_pool_only_moves_when_the_peer_trains(tmp_path: Path) -> None:
@@ -154,13 +149,13 @@ def test_pool_only_moves_when_the_peer_trains(tmp_path: Path) -> None:
     first = one_round(algo, 1)
     second = one_round(algo, 2, active={0, 1})  # peers 2 and 3 sit round 2 out
     for p in (0, 1):
-        assert [torch.equal(state_vector(r), v) for r, v in zip(algo.pool[p], (first[p], second[p]))] == [True, True]
+        assert [torch.equal(state_vector(r), v) for r, v in zip(algo.peers[p].pool, (first[p], second[p]))] == [True, True]
     for p in (2, 3):
-        assert len(algo.pool[p]) == 1 and torch.equal(state_vector(algo.pool[p][0]), first[p])
+        assert len(algo.peers[p].pool) == 1 and torch.equal(state_vector(algo.peers[p].pool[0]), first[p])
     third = one_round(algo, 3)  # FIFO of 2: the oldest drops out
     for p in (0, 1):
-        assert torch.equal(state_vector(algo.pool[p][0]), second[p])
-        assert torch.equal(state_vector(algo.pool[p][1]), third[p])
+        assert torch.equal(state_vector(algo.peers[p].pool[0]), second[p])
+        assert torch.equal(state_vector(algo.peers[p].pool[1]), third[p])
 
 
 def test_default_and_explicit_mu(tmp_path: Path) -> None:

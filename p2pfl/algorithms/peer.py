@@ -75,6 +75,9 @@ class ModelPool:
     def __iter__(self):
         return iter(self.models)
 
+    def __getitem__(self, index: int) -> nn.Module:
+        return self.models[index]
+
     def state_dict(self) -> list[dict[str, torch.Tensor]]:
         return [ref.state_dict() for ref in self.models]
 

@@ -94,11 +94,6 @@ class RepresentationNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.encoder(x))
 
-    def forward_both(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(task output, representation) from one encoder pass."""
-        f = self.encoder(x)
-        return self.head(f), self.projection(f)
-
     def representation_parameters(self, trainable_only: bool = False) -> Iterator[nn.Parameter]:
         """Parameters of the representation model (encoder + projection)."""
         for mod in (self.encoder, self.projection):
