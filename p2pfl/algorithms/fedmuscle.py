@@ -63,7 +63,9 @@ from p2pfl.evaluation import features
 from p2pfl.losses import GRAM_DEFAULT_TAU, MUSCLE_TAU, MUSCLE_TAU_PREV, gram_loss, muscle_loss, pairwise_infonce
 from p2pfl.models import RepresentationNet, SupervisedNet, build_encoder, count_parameters, init_model
 from p2pfl.peerspec import CLASSIFICATION_TASKS, PeerEntry, PeersSpec, dataset_key, load_peers_spec, uniform_spec
+from p2pfl.records import Summary
 from p2pfl.rounds import RunContext
+from p2pfl.runtime.progress import format_bytes
 from p2pfl.seeding import SHARED, numpy_rng, stream_seed, torch_generator
 
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)
@@ -507,6 +509,13 @@ class FedMuscle(Learner):
         self.sample_digest[peer] = int(extra.get("sample_digest", 0))
         if "rep_optimizer" in state:
             self.rep_optimizer(peer, 1).load_state_dict(state["rep_optimizer"])
+
+    def summary_lines(self, summary: Summary) -> list[str]:
+        """Bytes per peer and round sent peer to peer, next to what the paper's server design would send."""
+        comm = summary["communication"]
+        return [f"bytes per peer and round: {format_bytes(comm['bytes_sent_per_peer_round'])} sent peer to peer; "
+                f"the paper's server design would send {format_bytes(comm['server_downlink_bytes_per_peer_round'])}"
+                f" down and {format_bytes(comm['server_uplink_bytes_per_peer_round'])} up"]
 
 
 class FedMuscleLocal(FedMuscle):
