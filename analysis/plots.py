@@ -19,7 +19,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from p2pfl.records import AVG, LOSS, MEAN, PEER_MAX, PEER_MEAN, PEER_MIN
 from p2pfl.runtime.files import write_atomic
+from topologies.plot import layout
 
 from .runs import Run, is_number
 
@@ -59,60 +61,21 @@ def _grid(n: int) -> tuple[int, int]:
     return math.ceil(n / cols), cols
 
 
-def _mixing(run: Run) -> np.ndarray | None:
-    mixing = run.topology.get("mixing")
-    if not isinstance(mixing, list) or not mixing:
-        return None
-    try:
-        w = np.asarray(mixing, dtype=float)
-    except (TypeError, ValueError):
-        return None
-    return w if w.ndim == 2 and w.shape[0] == w.shape[1] else None
-
-
 def second_eigenvalue(run: Run) -> float | None:
-    """|lambda2(W)|: from the topology stats (``lambda2`` or ``1 - spectral_gap``), else from the mixing matrix."""
-    stats = run.topology.get("stats")
-    if isinstance(stats, Mapping):
-        for key in ("lambda2", "lambda_2", "abs_lambda2", "slem"):
-            if is_number(stats.get(key)):
-                return abs(float(stats[key]))
-        if is_number(stats.get("spectral_gap")):
-            return 1.0 - float(stats["spectral_gap"])
-    w = _mixing(run)
-    if w is None or w.shape[0] < 2:
-        return None
-    mags = np.sort(np.abs(np.linalg.eigvals(w)))[::-1]
-    return float(mags[1])
+    """|lambda2(W)| as the manifest records it (topologies.stats), or None before the manifest is written."""
+    return run.topology["stats"]["lambda2"] if run.topology else None
 
 
 def consensus_shares(run: Run) -> np.ndarray | None:
-    """Each peer's share of the consensus: the stats' record, else the left Perron vector of W (sums to 1)."""
-    stats = run.topology.get("stats")
-    if isinstance(stats, Mapping):
-        for key in ("consensus_share", "consensus_shares", "perron", "perron_vector", "share"):
-            value = stats.get(key)
-            if isinstance(value, Mapping):
-                value = [value[k] for k in sorted(value, key=lambda k: int(k))]
-            if isinstance(value, list) and value and all(is_number(v) for v in value):
-                return np.asarray(value, dtype=float)
-    w = _mixing(run)
-    if w is None:
-        return None
-    vals, vecs = np.linalg.eig(w.T)
-    pi = np.real(vecs[:, np.argmin(np.abs(vals - 1.0))])
-    total = pi.sum()
-    if total == 0 or not np.isfinite(total):
-        return None
-    return pi / total
+    """Each peer's share of the consensus (the left Perron vector of W) as the manifest records it."""
+    return np.asarray(run.topology["stats"]["consensus_share"]) if run.topology else None
 
 
 # ----- the metrics plot ------------------------------------------------------------------------------------------
 # Eval metric names: ``<name>_avg`` (the network-average model), ``<name>_peer_mean|_peer_min|_peer_max``
 # (statistics over the peers) share one panel per ``<name>``; any other name is plotted on its own.
-_ROLE_SUFFIXES = (("_peer_mean", "peer_mean"), ("_peer_min", "peer_min"), ("_peer_max", "peer_max"),
-                  ("_avg", "avg"))
-LOSS_PANEL_TITLE = "loss_mean (train)"
+_ROLE_SUFFIXES = ((PEER_MEAN, "peer_mean"), (PEER_MIN, "peer_min"), (PEER_MAX, "peer_max"), (AVG, "avg"))
+LOSS_PANEL_TITLE = f"{LOSS + MEAN} (train)"
 _AVG_COLOR, _PEER_COLOR, _VALUE_COLOR = "tab:blue", "tab:orange", "tab:blue"
 
 Series = tuple[list[float], list[float]]
@@ -139,17 +102,6 @@ def split_metric_name(name: str) -> tuple[str, str]:
     return name, "value"
 
 
-def _train_loss(run: Run) -> Series:
-    xs, ys = run.series("loss_mean")
-    if not xs:  # derive it from the per-peer losses when only those are logged
-        for record in run.rounds:
-            losses = [v for v in (record.get("loss") or {}).values() if is_number(v)]
-            if losses and is_number(record.get("round")):
-                xs.append(float(record["round"]))
-                ys.append(float(np.mean(losses)))
-    return xs, ys
-
-
 def metric_panels(run: Run) -> list[MetricPanel]:
     """The panels of metrics.png, in order of first appearance in the eval records, then the training loss.
 
@@ -159,7 +111,7 @@ def metric_panels(run: Run) -> list[MetricPanel]:
     panels: dict[tuple[str, str], MetricPanel] = {}
     seen: set[str] = set()
     for record in run.evals:
-        for key, value in (record.get("metrics") or {}).items():
+        for key, value in record["metrics"].items():
             if not is_number(value) or key in seen:
                 continue
             seen.add(key)
@@ -170,7 +122,7 @@ def metric_panels(run: Run) -> list[MetricPanel]:
             slot = ("plain", base) if role == "value" else ("group", base)
             panels.setdefault(slot, MetricPanel(title=base)).series[role] = (xs, ys)
     result = list(panels.values())
-    xs, ys = _train_loss(run)
+    xs, ys = run.series(LOSS + MEAN)
     if xs:
         result.append(MetricPanel(title=LOSS_PANEL_TITLE, series={"value": (xs, ys)}))
     return result
@@ -310,41 +262,18 @@ def plot_topology(run: Run, out_dir: Path) -> Path | None:
     import networkx as nx
 
     topo = run.topology
-    edges = topo.get("edges")
-    w = _mixing(run)
-    if not isinstance(edges, list) and w is None:
+    if topo is None:
         return None
+    w = np.asarray(topo["mixing"], dtype=float)
     graph = nx.Graph()
-    k = w.shape[0] if w is not None else (run.num_peers or 0)
-    graph.add_nodes_from(range(k))
-    if isinstance(edges, list):
-        for edge in edges:
-            if isinstance(edge, (list, tuple)) and len(edge) >= 2:
-                i, j = int(edge[0]), int(edge[1])
-                if i != j:
-                    graph.add_edge(i, j)
-    elif w is not None:
-        rows, cols = np.nonzero(w)
-        graph.add_edges_from((int(i), int(j)) for i, j in zip(rows, cols) if i < j)
-    if graph.number_of_nodes() == 0:
-        return None
+    graph.add_nodes_from(range(w.shape[0]))
+    graph.add_edges_from((i, j) for i, j in topo["edges"])
 
-    degrees = [d for _, d in graph.degree()]
-    if graph.number_of_nodes() > 2 and nx.is_connected(graph) and all(d == 2 for d in degrees):
-        pos = nx.circular_layout(graph)
-    else:
-        pos = nx.spring_layout(graph, seed=0)
-
+    pos = layout(graph)
     edge_list = list(graph.edges())
-    weights: list[float] = []
-    labels: dict[tuple[int, int], str] = {}
-    for i, j in edge_list:
-        if w is not None and max(i, j) < w.shape[0]:
-            wij, wji = float(w[i, j]), float(w[j, i])
-            weights.append((wij + wji) / 2)
-            labels[(i, j)] = f"{wij:.3g}" if abs(wij - wji) < 1e-9 else f"{wij:.3g}/{wji:.3g}"
-        else:
-            weights.append(1.0)
+    labels = {(i, j): f"{w[i, j]:.3g}" if abs(w[i, j] - w[j, i]) < 1e-9 else f"{w[i, j]:.3g}/{w[j, i]:.3g}"
+              for i, j in edge_list}
+    weights = [(w[i, j] + w[j, i]) / 2 for i, j in edge_list]
     top = max(weights) if weights and max(weights) > 0 else 1.0
     widths = [0.5 + 5.0 * wt / top for wt in weights]
 
@@ -354,22 +283,14 @@ def plot_topology(run: Run, out_dir: Path) -> Path | None:
     ax = fig.add_subplot(1, 1, 1)
     nx.draw_networkx_edges(graph, pos, ax=ax, edgelist=edge_list, width=widths, edge_color="0.5")
     shares = consensus_shares(run)
-    node_size = max(60, 500 - 4 * n)
-    if shares is not None and len(shares) == n:
-        nodes = nx.draw_networkx_nodes(graph, pos, ax=ax, nodelist=list(range(n)), node_color=shares,
-                                       cmap="viridis", vmin=0.0, vmax=float(max(shares.max(), 1e-12)),
-                                       node_size=node_size)
-        fig.colorbar(nodes, ax=ax, label="consensus share", shrink=0.8)
-    else:
-        nx.draw_networkx_nodes(graph, pos, ax=ax, node_color="tab:blue", node_size=node_size)
+    nodes = nx.draw_networkx_nodes(graph, pos, ax=ax, nodelist=list(range(n)), node_color=shares, cmap="viridis",
+                                   vmin=0.0, vmax=float(max(shares.max(), 1e-12)), node_size=max(60, 500 - 4 * n))
+    fig.colorbar(nodes, ax=ax, label="consensus share", shrink=0.8)
     if n <= 60:
         nx.draw_networkx_labels(graph, pos, ax=ax, font_size=8, font_color="white")
     if labels and len(edge_list) <= 60:
         nx.draw_networkx_edge_labels(graph, pos, ax=ax, edge_labels=labels, font_size=7)
-    title = run.topology_name or "topology"
-    lam = second_eigenvalue(run)
-    if lam is not None:
-        title += f"  (spectral gap {1 - lam:.3f})"
+    title = f"{run.topology_name}  (spectral gap {topo['stats']['spectral_gap']:.3f})"
     if any("/" in text for text in labels.values()):
         title += "\nedge labels W_ij/W_ji for i < j"
     ax.set_title(title)
@@ -428,7 +349,7 @@ def plot_per_peer(run: Run, out_dir: Path) -> Path | None:
                 names.append(key)
     if not names:
         return None
-    spec = {str(s.get("peer")): s for s in (run.peers_spec or [])}
+    spec = {str(s["peer"]): s for s in (run.peers_spec or [])}
     rows, cols = _grid(len(names))
     width = max(4.2, min(12.0, 1.5 + 0.3 * len(peers)))
     fig = _new_figure(width * cols, 3.4 * rows)
@@ -446,11 +367,10 @@ def plot_per_peer(run: Run, out_dir: Path) -> Path | None:
         ax.set_xlabel("peer")
         if len(peers) <= 40:
             ax.set_xticks(range(len(peers)))
-            ax.set_xticklabels([p if p not in spec else f"{p}\n{spec[p].get('task', '')}" for p in peers],
+            ax.set_xticklabels([p if p not in spec else f"{p}\n{spec[p]['task']}" for p in peers],
                                fontsize=7)
         ax.grid(True, axis="y", alpha=0.3)
-    last = run.final_eval()
-    fig.suptitle(f"{run.name}: round {last.get('round') if last else '?'}", fontsize=9)
+    fig.suptitle(f"{run.name}: round {run.final_eval()['round']}", fontsize=9)
     fig.tight_layout()
     return _save(fig, out_dir / "per_peer.png")
 

@@ -17,10 +17,12 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from p2pfl.records import TASK_METRIC, TASK_METRIC_NAME
 from p2pfl.runtime.files import write_atomic
+from p2pfl.runtime.progress import format_bytes
 
 from .delta import Delta, delta_percent, lower_is_better
-from .runs import Run, RunFolderError, is_number, load_run
+from .runs import Run, RunFolderError, load_run
 
 __all__ = [
     "Delta",
@@ -45,13 +47,7 @@ def _fmt(value: float | None, digits: int = 4) -> str:
 
 
 def _fmt_bytes(value: float | None) -> str:
-    if value is None:
-        return "–"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return "–"  # unreachable
+    return "–" if value is None else format_bytes(value)
 
 
 def _fmt_pct(value: float) -> str:
@@ -81,12 +77,11 @@ def runs_table(runs: Sequence[Run]) -> str:
     rows = []
     for run in runs:
         done, planned = run.rounds_done, run.planned_rounds
-        rounds = f"{done}/{planned}" if planned is not None and planned != done else str(done)
+        rounds = f"{done}/{planned}" if planned != done else str(done)
         final = run.final_metrics()
         wall = run.wall_time_s()
         rows.append([
-            run.name, run.algorithm or "?", run.topology_name or "?",
-            str(run.num_peers) if run.num_peers is not None else "?", run.partition_label or "–", rounds,
+            run.name, run.algorithm, run.topology_name, str(run.num_peers), run.partition_label or "–", rounds,
             *[_fmt(final.get(name)) for name in metric_names],
             _fmt_bytes(run.bytes_sent_per_peer_round()), "–" if wall is None else f"{wall:.1f}",
         ])
@@ -95,25 +90,10 @@ def runs_table(runs: Sequence[Run]) -> str:
 
 # ----- Δ% against local training ---------------------------------------------------------------------------------
 def _peer_task_metrics(run: Run) -> dict[str, tuple[float, str]]:
-    """peer → (task metric value, metric name) from the last per-peer evaluation."""
+    """peer → (task metric value, metric name) from the last per-peer evaluation (FedMuscle's peers)."""
     per_peer = run.final_per_peer() or {}
-    spec = {str(s.get("peer")): s for s in (run.peers_spec or [])}
-    out: dict[str, tuple[float, str]] = {}
-    for peer, record in per_peer.items():
-        if is_number(record.get("task_metric")):
-            value = float(record["task_metric"])
-            name = next((str(record[k]) for k in ("task_metric_name", "metric_name", "metric")
-                         if isinstance(record.get(k), str)), None)
-            if name is None:
-                s = spec.get(peer, {})
-                name = next((str(s[k]) for k in ("metric", "task_metric", "metric_name")
-                             if isinstance(s.get(k), str)), "task_metric")
-        elif is_number(record.get("accuracy")):
-            value, name = float(record["accuracy"]), "accuracy"
-        else:
-            continue
-        out[peer] = (value, name)
-    return out
+    return {peer: (float(m[TASK_METRIC]), str(m[TASK_METRIC_NAME])) for peer, m in per_peer.items()
+            if TASK_METRIC in m}
 
 
 def same_peers(a: Run, b: Run) -> bool:
@@ -121,10 +101,10 @@ def same_peers(a: Run, b: Run) -> bool:
     else the same number of peers."""
     sa, sb = a.peers_spec, b.peers_spec
     if sa is not None and sb is not None:
-        def key(spec: list[dict]) -> list[tuple[str, str, str]]:
-            return [(str(s.get("peer")), str(s.get("model")), str(s.get("task"))) for s in spec]
+        def key(spec: list[dict]) -> list[tuple[int, str, str]]:
+            return [(s["peer"], s["model"], s["task"]) for s in spec]
         return key(sa) == key(sb)
-    return a.num_peers is not None and a.num_peers == b.num_peers
+    return a.num_peers == b.num_peers
 
 
 def delta_table(run: Run, local: Run) -> tuple[str, Delta] | None:
@@ -137,13 +117,13 @@ def delta_table(run: Run, local: Run) -> tuple[str, Delta] | None:
         return None
     flags = {p: lower_is_better(method_m[p][1]) for p in peers}
     delta = delta_percent({p: method_m[p][0] for p in peers}, {p: local_m[p][0] for p in peers}, flags)
-    spec = {str(s.get("peer")): s for s in (run.peers_spec or local.peers_spec or [])}
-    algo = run.algorithm or "method"
+    spec = {str(s["peer"]): s for s in (run.peers_spec or local.peers_spec or [])}
+    algo = run.algorithm
     header = ["peer", "model", "task", "metric", "local", algo, "Δ%"]
     rows = []
     for peer in delta.per_peer:
-        s = spec.get(peer, {})
-        rows.append([peer, str(s.get("model", "–")), str(s.get("task", "–")), method_m[peer][1],
+        s = spec.get(peer, {"model": "–", "task": "–"})
+        rows.append([peer, s["model"], s["task"], method_m[peer][1],
                      _fmt(local_m[peer][0]), _fmt(method_m[peer][0]), _fmt_pct(delta.per_peer[peer])])
     rows.append(["mean", "", "", "", "", "", _fmt_pct(delta.mean)])
     return _md_table(header, rows), delta
@@ -158,7 +138,7 @@ def build_report(runs: Sequence[Run], baseline: Run | None = None, out_path: Pat
 
     locals_ = [baseline] if baseline is not None else [r for r in runs if r.algorithm == LOCAL]
     notes: list[str] = []
-    if baseline is not None and baseline.algorithm not in (None, LOCAL):
+    if baseline is not None and baseline.algorithm != LOCAL:
         notes.append(f"note: baseline {baseline.name} has algorithm {baseline.algorithm!r}, not {LOCAL!r}")
     for run in runs:
         if run.algorithm == LOCAL or (baseline is not None and run.path == baseline.path):

@@ -20,6 +20,8 @@ from p2pfl.comm.placement import Placement
 from p2pfl.comm.world import World
 from p2pfl.config import RunConfig
 from p2pfl.gossip import consensus_distance
+from p2pfl.records import (EvalRecord, RoundStart, Summary, eval_record, round_record, round_start,
+                           summary_record)
 from p2pfl.runtime.checkpoint import load_peer, load_state, record_state, restore_record, save_peer, save_state
 from p2pfl.runtime.progress import Progress, summary_lines
 from p2pfl.runtime.runfolder import RunFolder
@@ -96,6 +98,9 @@ class Algorithm:
         """Extra entries for summary.json (collective; rank 0's value is written)."""
         return {}
 
+    def summary_lines(self, summary: Summary) -> list[str]:
+        """The method's own lines of the closing summary printed by rank 0 (e.g. from its summary() entries)."""
+        return []
 
 
 def active_peers(seed: int, round: int, n_peers: int, rho: float) -> set[int]:
@@ -112,23 +117,6 @@ def _merge(parts: list[dict]) -> dict:
     for part in parts:
         out.update(part)
     return {k: out[k] for k in sorted(out)}
-
-
-def _mean(values: list[float]) -> float | None:
-    values = [v for v in values if v is not None and math.isfinite(v)]
-    return sum(values) / len(values) if values else None
-
-
-def _peer_stats(per_peer: dict[int, dict[str, float]]) -> dict[str, float]:
-    """Mean, min and max over peers of every numeric per-peer metric."""
-    out: dict[str, float] = {}
-    for key in sorted({k for m in per_peer.values() for k in m}):
-        values = [m[key] for m in per_peer.values() if isinstance(m.get(key), (int, float))]
-        if values:
-            out[f"{key}_peer_mean"] = sum(values) / len(values)
-            out[f"{key}_peer_min"] = min(values)
-            out[f"{key}_peer_max"] = max(values)
-    return out
 
 
 class Runner:
@@ -162,17 +150,17 @@ class Runner:
         if self._fault_kind == "silent" and who in self.ctx.local_peers:
             self.ctx.exchange.silent.add(who)
 
-    def _log(self, record: dict) -> None:
+    def _log(self, record: RoundStart | EvalRecord) -> None:
         if self.ctx.folder is not None:
             self.ctx.folder.log(record)
 
-    def run(self) -> dict[str, Any] | None:
+    def run(self) -> Summary | None:
         """All rounds, evaluations and the summary; returns the summary on rank 0."""
         cfg, world = self.cfg, self.world
         progress = Progress(cfg.rounds, cfg.progress and world.is_root, f"{cfg.algorithm}/{cfg.topology}")
         cd0 = self._consensus()
         if world.is_root and self.first_round == 1:
-            self._log({"type": "round", "round": 0, "elapsed_s": 0.0, "consensus_distance": cd0})
+            self._log(round_start(cd0))
         progress.skip(self.first_round - 1)
         for t in range(self.first_round, cfg.rounds + 1):
             record = self._round(t)
@@ -191,16 +179,12 @@ class Runner:
             [self.ctx.exchange.stats.snapshot()]
         if not world.is_root:
             return None
-        summary = {
-            "algorithm": cfg.algorithm, "topology": cfg.topology, "peers": self.ctx.n_peers,
-            "rounds": cfg.rounds, "ranks": world.size, "wall_s": time.time() - self.start_time,
-            "run_dir": str(self.ctx.run_dir), "final": final or {},
-            "consensus_distance_initial": cd0,
-            "comm_per_rank": {str(r): s for r, s in enumerate(stats or [])},
-            **extra,
-        }
+        summary = summary_record(
+            algorithm=cfg.algorithm, topology=cfg.topology, peers=self.ctx.n_peers, rounds=cfg.rounds,
+            ranks=world.size, wall_s=time.time() - self.start_time, run_dir=str(self.ctx.run_dir), final=final or {},
+            consensus_distance_initial=cd0, comm_per_rank=stats or [], extra=extra)
         self.ctx.folder.write_summary(summary)
-        print(summary_lines(summary), flush=True)
+        print(summary_lines(summary, self.algo.summary_lines(summary)), flush=True)
         return summary
 
     def checkpoint(self, round: int) -> None:
@@ -254,23 +238,12 @@ class Runner:
         parts = self.world.gather(part) if self.world.size > 1 else [part]
         if not self.world.is_root:
             return {}
-        per = _merge([p["per_peer"] for p in parts])
-        record: dict[str, Any] = {"type": "round", "round": t, "elapsed_s": time.time() - self.start_time,
-                                  "active": sorted(active)}
-        keys = sorted({k for m in per.values() for k in m})
-        for key in keys:
-            values = {str(p): m[key] for p, m in per.items() if key in m}
-            record[key] = values
-            record[f"{key}_mean"] = _mean(list(values.values()))
-        record["consensus_distance"] = cd
-        record["bytes_sent"] = sum(sum(p["sent"].values()) for p in parts)
-        record["bytes_recv"] = sum(sum(p["recv"].values()) for p in parts)
-        record["bytes_sent_per_peer"] = {str(k): v for k, v in _merge([p["sent"] for p in parts]).items()}
-        record["time_compute_s"] = max(p["compute_s"] for p in parts)
-        record["time_comm_s"] = max(p["comm_s"] for p in parts)
-        record["time_wait_s"] = max(p["wait_s"] for p in parts)
-        record["time_local_s"] = max(p["local_s"] for p in parts)
-        record["round_s"] = time.perf_counter() - t0
+        record = round_record(
+            t, time.time() - self.start_time, active, _merge([p["per_peer"] for p in parts]), cd,
+            _merge([p["sent"] for p in parts]), _merge([p["recv"] for p in parts]),
+            time_compute_s=max(p["compute_s"] for p in parts), time_comm_s=max(p["comm_s"] for p in parts),
+            time_wait_s=max(p["wait_s"] for p in parts), time_local_s=max(p["local_s"] for p in parts),
+            round_s=time.perf_counter() - t0)
         self._log(record)
         return record
 
@@ -279,8 +252,6 @@ class Runner:
         parts = self.world.gather(per_peer) if self.world.size > 1 else [per_peer]
         if not self.world.is_root:
             return None
-        merged = _merge(parts)
-        metrics = {**metrics, **_peer_stats(merged)}
-        self._log({"type": "eval", "round": t, "final": final, "metrics": metrics,
-                   "per_peer": {str(p): m for p, m in merged.items()}})
-        return metrics
+        record = eval_record(t, final, metrics, _merge(parts))
+        self._log(record)
+        return record["metrics"]

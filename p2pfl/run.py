@@ -13,6 +13,7 @@ from p2pfl.comm.exchange import Exchange
 from p2pfl.comm.placement import Placement
 from p2pfl.comm.world import World
 from p2pfl.config import RunConfig, parse_args, resolved_peers, to_yaml, validate
+from p2pfl.records import Host, Seeds
 from p2pfl.rounds import Algorithm, RunContext, Runner
 from p2pfl.runtime.checkpoint import load_state
 from p2pfl.runtime.device import configure_determinism, select_device
@@ -45,15 +46,15 @@ def build_context(world: World, cfg: RunConfig, announce: bool = True) -> RunCon
         resume_round = load_state(run_dir)["round"]
     else:
         run_dir = Path(world.bcast(str(make_run_dir(cfg)) if world.is_root else None))
-    me = {"rank": world.rank, "host": world.host, "device": str(device), "peers": placement.peers_of(world.rank)}
+    me = Host(rank=world.rank, host=world.host, device=str(device), peers=placement.peers_of(world.rank))
     hosts = world.allgather(me) if world.size > 1 else [me]
     folder = None
     if world.is_root:
         folder = RunFolder(run_dir, cfg, resume_round=resume_round)
         folder.update_manifest(**base_manifest(
             cfg.to_dict(), world.size, hosts, topologies.describe(graph, W),
-            seeds={"seed": cfg.seed, "streams": "numpy/torch streams keyed by (seed, peer, purpose); "
-                                               "see p2pfl.seeding"}))
+            seeds=Seeds(seed=cfg.seed, streams="numpy/torch streams keyed by (seed, peer, purpose); "
+                                                "see p2pfl.seeding")))
         if announce:
             print(f"p2pfl: {cfg.algorithm} on {cfg.topology}, {n_peers} peers on {world.size} rank(s); "
                   f"run folder {run_dir}", flush=True)

@@ -8,8 +8,6 @@ from pathlib import Path
 from typing import Any
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-#: Fields that measure time, not behaviour.
-TIMING = {"elapsed_s", "time_compute_s", "time_comm_s", "time_wait_s", "time_local_s", "round_s"}
 
 #: Every option of a run at the value the golden files were recorded with (plumbing like out/name aside).
 BASE: dict[str, Any] = {
@@ -54,10 +52,12 @@ def options(case: str) -> dict[str, Any]:
 
 def normalise(path: Path) -> list[dict[str, Any]]:
     """The records of a metrics.jsonl without timing fields."""
+    from p2pfl.records import TIMING_FIELDS
+
     out = []
     for line in path.read_text().splitlines():
         record = json.loads(line)
-        out.append({k: v for k, v in record.items() if k not in TIMING})
+        out.append({k: v for k, v in record.items() if k not in TIMING_FIELDS})
     return out
 
 

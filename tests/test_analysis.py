@@ -1,10 +1,9 @@
 """Tests of analysis/: reading run folders, plots, the report table and FedMuscle's Δ%.
 
-Run folders are built by hand in tmp_path following docs/CONVENTIONS.md.
+Run folders are written in tmp_path by the run's own writer (RunFolder) with records built by p2pfl.records.
 """
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
@@ -13,76 +12,86 @@ from typing import Callable, Collection
 
 import numpy as np
 import pytest
-import yaml
 from matplotlib.collections import PolyCollection
 
+import topologies
 from analysis import Run, RunFolderError, delta_percent, load_run, lower_is_better, plot_run
 from analysis.plots import (LOSS_PANEL_TITLE, consensus_shares, metric_panels, metrics_figure, second_eigenvalue,
                             split_metric_name)
 from analysis.report import build_report, runs_table
+from p2pfl.config import make_config
+from p2pfl.records import (BaseManifest, DataPartition, Host, PeerSpecEntry, Seeds, eval_record, round_record,
+                           round_start, summary_record)
+from p2pfl.runtime.runfolder import RunFolder
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-# ----- building synthetic run folders ---------------------------------------------------------------------------
-def star_metropolis(k: int) -> list[list[float]]:
-    """Metropolis weights on a star with hub 0: W_0j = 1/k, W_00 = 1/k, leaves W_jj = 1 - 1/k."""
-    w = np.zeros((k, k))
-    for j in range(1, k):
-        w[0, j] = w[j, 0] = 1.0 / k
-        w[j, j] = 1.0 - 1.0 / k
-    w[0, 0] = 1.0 - (k - 1) / k
-    return w.tolist()
+# ----- building run folders -------------------------------------------------------------------------------------
+def spec_entries(models: list[str], tasks: list[str]) -> list[PeerSpecEntry]:
+    """manifest["peers_spec"] of one peer per (model, task)."""
+    return [PeerSpecEntry(peer=i, model=m, task=t, dataset="synthetic", group=i, task_group=i, labels=None,
+                          metric="accuracy") for i, (m, t) in enumerate(zip(models, tasks))]
 
 
-def make_run(root: Path, name: str, *, algorithm: str = "gossip", k: int = 4, rounds: int = 5,
-             acc: list[float] | None = None, per_peer: dict | None = None, peers_spec: list | None = None,
-             bytes_per_peer: float = 1024.0, summary: bool = True, partition: bool = True,
-             topology: bool = True, loss: bool = True, consensus: bool = True, evals: bool = True,
-             eval_metrics: Callable[[int], dict] | None = None,
+def make_run(root: Path, name: str, *, algorithm: str = "dec-ssl", topology: str = "star",
+             mixing: str = "metropolis", k: int = 4, rounds: int = 5, acc: list[float] | None = None,
+             per_peer: dict | None = None, peers_spec: list | None = None, bytes_per_peer: int = 1024,
+             summary: bool = True, partition: bool = True, manifest: bool = True, loss: bool = True,
+             consensus: bool = True, evals: bool = True, eval_metrics: Callable[[int], dict] | None = None,
              eval_rounds: Collection[int] | None = None) -> Path:
-    """Write config.yaml, manifest.json, metrics.jsonl (and summary.json) for a synthetic run.
+    """A run folder written by RunFolder: config.yaml, manifest.json, metrics.jsonl (and summary.json).
 
-    ``eval_metrics(t)`` gives the eval record's metrics at round t (default accuracy and linear_probe);
-    ``eval_rounds`` the rounds that have an eval record (default every round).
+    ``eval_metrics(t)`` gives the eval record's network metrics at round t (default accuracy and linear_probe);
+    ``eval_rounds`` the rounds that have an eval record (default every round). Only the last evaluation has
+    per-peer metrics, as with the learners: ``per_peer`` (default a test_acc per peer).
     """
+    cfg = make_config(algorithm=algorithm, topology=topology, mixing=mixing, peers=k, rounds=rounds,
+                      partition="dirichlet", alpha=0.5, seed=0, out=str(root), name=name)
     path = root / name
-    path.mkdir(parents=True)
-    config = {"algorithm": algorithm, "topology": {"name": "star", "mixing": "metropolis"}, "peers": k,
-              "partition": {"name": "dirichlet", "alpha": 0.5}, "rounds": rounds, "seed": 0}
-    (path / "config.yaml").write_text(yaml.safe_dump(config))
-    manifest: dict = {"versions": {"python": "3"}, "seeds": {"seed": 0}}
-    if topology:
-        manifest["topology"] = {"edges": [[0, j] for j in range(1, k)], "mixing": star_metropolis(k),
-                                "stats": {"lambda2": 1.0 - 1.0 / k, "spectral_gap": 1.0 / k, "diameter": 2}}
-    if partition:
-        manifest["partition"] = {"class_counts": [[10 * (i + 1) + c for c in range(3)] for i in range(k)]}
-    if peers_spec is not None:
-        manifest["peers_spec"] = peers_spec
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    folder = RunFolder(path, cfg)
+    if manifest:
+        graph = topologies.build(topology, k)
+        folder.update_manifest(**BaseManifest(
+            command=["p2pfl.run"], world_size=1, config=cfg.to_dict(), versions={"python": "3"}, git_commit=None,
+            seeds=Seeds(seed=0, streams="test"), hosts=[Host(rank=0, host="h", device="cpu", peers=list(range(k)))],
+            topology=topologies.describe(graph, topologies.mixing_matrix(graph, mixing))))
+    if manifest and partition:
+        counts = [[10 * (i + 1) + c for c in range(3)] for i in range(k)]
+        folder.update_manifest(partition=DataPartition(
+            kind="dirichlet", alpha=0.5, beta=0.5, sizes=[sum(c) for c in counts], class_counts=counts,
+            classes=["a", "b", "c"], rotation_groups=[0] * k))
+    if manifest and peers_spec is not None:
+        folder.update_manifest(peers_spec=peers_spec)
     acc = acc if acc is not None else [0.1 * (t + 1) for t in range(rounds)]
-    lines = []
+
+    def distance(t: int) -> float | None:
+        return 0.5 * (1.0 - 1.0 / k) ** (2 * t) if consensus else None
+
+    folder.log(round_start(distance(0)))
+    last = None
     for t in range(1, rounds + 1):
-        record: dict = {"type": "round", "round": t, "elapsed_s": 2.0 * t, "active": list(range(k)),
-                        "bytes_sent": bytes_per_peer * k, "bytes_recv": bytes_per_peer * k,
-                        "time_compute_s": 1.0, "time_comm_s": 0.5, "time_wait_s": 0.1}
-        if loss:
-            record["loss"] = {str(i): 1.0 / t + 0.01 * i for i in range(k)}
-            record["loss_mean"] = float(np.mean(list(record["loss"].values())))
-        if consensus:
-            record["consensus_distance"] = 0.5 * (1.0 - 1.0 / k) ** (2 * t)
-        lines.append(json.dumps(record))
+        folder.log(round_record(
+            t, 2.0 * t, range(k), {i: {"loss": 1.0 / t + 0.01 * i} for i in range(k)} if loss else {}, distance(t),
+            {i: bytes_per_peer for i in range(k)}, {i: bytes_per_peer for i in range(k)}, time_compute_s=1.0,
+            time_comm_s=0.5, time_wait_s=0.1, time_local_s=0.9, round_s=2.0))
         if evals and (eval_rounds is None or t in eval_rounds):
-            pp = per_peer if (per_peer is not None and t == rounds) else {
-                str(i): {"accuracy": acc[t - 1] + 0.01 * i} for i in range(k)}
-            lines.append(json.dumps({"type": "eval", "round": t,
-                                     "metrics": (eval_metrics(t) if eval_metrics is not None else
-                                                 {"accuracy": acc[t - 1], "linear_probe": acc[t - 1] / 2}),
-                                     "per_peer": pp}))
-    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+            final = t == rounds
+            pp = {} if not final else per_peer if per_peer is not None else {
+                str(i): {"test_acc": acc[t - 1] + 0.01 * i} for i in range(k)}
+            last = eval_record(t, final, eval_metrics(t) if eval_metrics is not None else
+                               {"accuracy": acc[t - 1], "linear_probe": acc[t - 1] / 2}, pp)
+            folder.log(last)
     if summary:
-        (path / "summary.json").write_text(json.dumps({"wall_time_s": 2.0 * rounds + 1.5}))
+        counters = {"wire_sent": {}, "wire_recv": {}, "peer_sent": {i: rounds * bytes_per_peer for i in range(k)},
+                    "peer_recv": {i: rounds * bytes_per_peer for i in range(k)}, "time_comm_s": 0.5 * rounds,
+                    "time_wait_s": 0.1 * rounds}
+        folder.write_summary(summary_record(
+            algorithm=algorithm, topology=topology, peers=k, rounds=rounds, ranks=1, wall_s=2.0 * rounds + 1.5,
+            run_dir=str(path), final=last["metrics"] if last else {}, consensus_distance_initial=distance(0),
+            comm_per_rank=[counters], extra={}))
+    folder.close()
     return path
 
 
@@ -103,14 +112,16 @@ def test_load_run_reads_every_file(tmp_path):
     path = make_run(tmp_path, "r1", rounds=3)
     run = load_run(path)
     assert isinstance(run, Run) and run.path == path and run.name == "r1"
-    assert run.config["peers"] == 4 and run.config["partition"]["alpha"] == 0.5
+    assert run.config["peers"] == 4 and run.config["alpha"] == 0.5
     assert len(run.manifest["topology"]["edges"]) == 3
-    assert [r["round"] for r in run.rounds] == [1, 2, 3]
+    assert [r["round"] for r in run.rounds] == [0, 1, 2, 3]
     assert [r["round"] for r in run.evals] == [1, 2, 3]
-    assert run.summary == {"wall_time_s": 7.5}
-    assert run.algorithm == "gossip" and run.topology_name == "star" and run.num_peers == 4
+    assert run.summary["wall_s"] == 7.5
+    assert run.algorithm == "dec-ssl" and run.topology_name == "star" and run.num_peers == 4
     assert run.partition_label == "dirichlet(alpha=0.5)"
-    assert run.final_metrics() == pytest.approx({"accuracy": 0.3, "linear_probe": 0.15})
+    # the final evaluation: the network metrics and the statistics of the peers' test_acc = 0.3 + 0.01 i
+    assert run.final_metrics() == pytest.approx({"accuracy": 0.3, "linear_probe": 0.15, "test_acc_peer_mean": 0.315,
+                                                 "test_acc_peer_min": 0.3, "test_acc_peer_max": 0.33})
     assert run.bytes_sent_per_peer_round() == pytest.approx(1024.0)
     assert run.wall_time_s() == pytest.approx(7.5)
 
@@ -121,7 +132,7 @@ def test_load_run_in_progress_skips_truncated_last_line(tmp_path):
         fh.write('{"type": "round", "round": 4, "elapsed_s": 8.0, "consensus_dis')  # cut off mid-write
     run = load_run(path)
     assert run.summary is None
-    assert [r["round"] for r in run.rounds] == [1, 2, 3]
+    assert [r["round"] for r in run.rounds] == [0, 1, 2, 3]
     assert run.rounds_done == 3 and run.planned_rounds == 3
     # without a summary the wall time is the last round's time since start
     assert run.wall_time_s() == pytest.approx(6.0)
@@ -149,7 +160,7 @@ def assert_png(path: Path) -> None:
 
 
 def test_plot_run_writes_every_plot_as_png(tmp_path):
-    spec = [{"peer": i, "model": f"m{i}", "task": "cls"} for i in range(4)]
+    spec = spec_entries([f"m{i}" for i in range(4)], ["cls"] * 4)
     path = make_run(tmp_path, "r", rounds=6, peers_spec=spec)
     written = plot_run(load_run(path))
     names = {p.name for p in written}
@@ -164,15 +175,16 @@ def test_plot_run_writes_every_plot_as_png(tmp_path):
 
 
 def test_plot_run_skips_missing_data(tmp_path):
-    path = make_run(tmp_path, "r", rounds=3, partition=False, topology=False, consensus=False, evals=False,
-                    summary=False)
+    path = make_run(tmp_path, "r", rounds=3, manifest=False, consensus=False, evals=False, summary=False)
     written = plot_run(load_run(path))
     assert [p.name for p in written] == ["metrics.png"]  # only the training loss is there
     assert_png(written[0])
-    bare = tmp_path / "bare"
-    bare.mkdir()
-    (bare / "config.yaml").write_text("algorithm: gossip\n")
-    assert plot_run(load_run(bare)) == []
+    # a method without a loss, a consensus distance or a data partition (FedMuscle records none of these)
+    path = make_run(tmp_path, "m", rounds=3, loss=False, consensus=False, partition=False)
+    assert sorted(p.name for p in plot_run(load_run(path))) == ["metrics.png", "per_peer.png", "topology.png"]
+    # a run that has just started: config.yaml and an empty metrics.jsonl
+    RunFolder(tmp_path / "bare", make_config(algorithm="dec-ssl", peers=4)).close()
+    assert plot_run(load_run(tmp_path / "bare")) == []
 
 
 def grouped_metrics(t: int) -> dict:
@@ -193,7 +205,7 @@ def test_split_metric_name():
 
 def test_metric_panels_group_avg_and_peer_statistics(tmp_path):
     rounds = 5
-    run = load_run(make_run(tmp_path, "r", rounds=rounds, eval_metrics=grouped_metrics))
+    run = load_run(make_run(tmp_path, "r", rounds=rounds, eval_metrics=grouped_metrics, per_peer={}))
     panels = metric_panels(run)
     assert [p.title for p in panels] == ["probe_acc", "knn_acc", "drift_to_avg", LOSS_PANEL_TITLE]
     probe, knn, drift, loss = panels
@@ -207,15 +219,15 @@ def test_metric_panels_group_avg_and_peer_statistics(tmp_path):
             name = panel.title + "_" + role
             assert ys == pytest.approx([grouped_metrics(int(t))[name] for t in ts])
     assert loss.series["value"][1] == pytest.approx([1.0 / t + 0.015 for t in ts])  # mean of 1/t + 0.01 i, i < 4
-    # plain names keep a panel each
+    # plain names keep a panel each; the statistics of the final per-peer test_acc form a group
     plain = metric_panels(load_run(make_run(tmp_path, "p", rounds=3)))
-    assert [p.title for p in plain] == ["accuracy", "linear_probe", LOSS_PANEL_TITLE]
-    assert all(set(p.series) == {"value"} for p in plain)
+    assert [p.title for p in plain] == ["accuracy", "linear_probe", "test_acc", LOSS_PANEL_TITLE]
+    assert [set(p.series) for p in plain] == [{"value"}, {"value"}, {"peer_mean", "peer_min", "peer_max"}, {"value"}]
 
 
 def test_metrics_figure_draws_band_between_peer_min_and_max(tmp_path):
     rounds = 5
-    run = load_run(make_run(tmp_path, "r", rounds=rounds, eval_metrics=grouped_metrics))
+    run = load_run(make_run(tmp_path, "r", rounds=rounds, eval_metrics=grouped_metrics, per_peer={}))
     fig = metrics_figure(run)
     assert len(fig.axes) == 4  # 3 metric panels + loss
     probe = fig.axes[0]
@@ -239,7 +251,8 @@ def test_metrics_figure_draws_band_between_peer_min_and_max(tmp_path):
 
 def test_metrics_figure_single_final_eval_is_readable(tmp_path):
     rounds = 6
-    run = load_run(make_run(tmp_path, "r", rounds=rounds, eval_metrics=grouped_metrics, eval_rounds={rounds}))
+    run = load_run(make_run(tmp_path, "r", rounds=rounds, eval_metrics=grouped_metrics, eval_rounds={rounds},
+                                per_peer={}))
     fig = metrics_figure(run)
     assert len(fig.axes) == 4
     final = grouped_metrics(rounds)
@@ -261,33 +274,28 @@ def test_metrics_figure_single_final_eval_is_readable(tmp_path):
     assert_png(plot_run(run, out_dir=tmp_path / "plots")[0])
 
 
-def test_second_eigenvalue_and_consensus_share_closed_forms():
+def test_lambda2_and_consensus_shares_are_what_the_manifest_records(tmp_path):
     # Metropolis weights on a 6-cycle are 1/3 everywhere: eigenvalues 1/3 + 2/3 cos(2 pi k / 6), |lambda2| = 2/3.
-    k = 6
-    w = np.zeros((k, k))
-    for i in range(k):
-        w[i, i] = w[i, (i + 1) % k] = w[i, (i - 1) % k] = 1 / 3
-    run = Run(path=Path("x"), manifest={"topology": {"mixing": w.tolist()}})
+    run = load_run(make_run(tmp_path, "cycle", topology="cycle", k=6))
+    w = np.asarray(run.topology["mixing"])
+    ring = np.abs(np.subtract.outer(range(6), range(6)))
+    assert w == pytest.approx(np.where(np.isin(ring, [0, 1, 5]), 1 / 3, 0.0))
     assert second_eigenvalue(run) == pytest.approx(2 / 3)
-    assert consensus_shares(run) == pytest.approx(np.full(k, 1 / k))
+    assert consensus_shares(run) == pytest.approx(np.full(6, 1 / 6))
     # Uniform weights on a 20-peer star: the left Perron vector is proportional to deg + 1,
     # so the hub holds 20 / (20 + 19 * 2) of the consensus (about 34%, SPEC §1).
-    k = 20
-    w = np.zeros((k, k))
-    w[0, :] = 1 / k
-    for j in range(1, k):
-        w[j, 0] = w[j, j] = 0.5
-    shares = consensus_shares(Run(path=Path("x"), manifest={"topology": {"mixing": w.tolist()}}))
-    assert shares[0] == pytest.approx(20 / 58)
-    assert shares[1:] == pytest.approx(np.full(k - 1, 2 / 58))
-    # recorded stats win over the matrix
-    stats_run = Run(path=Path("x"), manifest={"topology": {"mixing": w.tolist(), "stats": {"spectral_gap": 0.25}}})
-    assert second_eigenvalue(stats_run) == pytest.approx(0.75)
+    run = load_run(make_run(tmp_path, "star", mixing="uniform", k=20))
+    shares = consensus_shares(run)
+    assert shares[0] == pytest.approx(20 / 58) and shares[1:] == pytest.approx(np.full(19, 2 / 58))
+    # analysis reports the manifest's record (topologies.stats), it does not compute its own
+    run.manifest["topology"]["stats"].update(lambda2=0.25, consensus_share=[1.0] + [0.0] * 19)
+    assert second_eigenvalue(run) == 0.25 and list(consensus_shares(run)) == [1.0] + [0.0] * 19
+    assert second_eigenvalue(Run(path=tmp_path)) is None and consensus_shares(Run(path=tmp_path)) is None
 
 
 # ----- the report table ---------------------------------------------------------------------------------------------
 def test_runs_table_has_one_row_per_run_with_final_values(tmp_path):
-    a = load_run(make_run(tmp_path, "a", rounds=4, acc=[0.1, 0.2, 0.3, 0.42], bytes_per_peer=2048.0))
+    a = load_run(make_run(tmp_path, "a", rounds=4, acc=[0.1, 0.2, 0.3, 0.42], bytes_per_peer=2048))
     b = load_run(make_run(tmp_path, "b", algorithm="moon", rounds=2, acc=[0.5, 0.61], summary=False))
     rows = table_rows(runs_table([a, b]))
     header, body = [h.strip() for h in rows[0]], rows[1:]
@@ -298,7 +306,7 @@ def test_runs_table_has_one_row_per_run_with_final_values(tmp_path):
         assert name in col
     ra, rb = body
     assert ra[col["run"]] == "a" and rb[col["run"]] == "b"
-    assert ra[col["algorithm"]] == "gossip" and rb[col["algorithm"]] == "moon"
+    assert ra[col["algorithm"]] == "dec-ssl" and rb[col["algorithm"]] == "moon"
     assert ra[col["peers"]] == "4" and ra[col["topology"]] == "star"
     assert ra[col["rounds"]] == "4" and rb[col["rounds"]] == "2"
     assert float(ra[col["accuracy"]]) == pytest.approx(0.42)
@@ -336,13 +344,11 @@ def test_lower_is_better_names():
 
 
 def fedmuscle_pair(tmp_path: Path) -> tuple[Path, Path]:
-    spec = [{"peer": 0, "model": "resnet18", "task": "cifar100"},
-            {"peer": 1, "model": "vit-tiny", "task": "segmentation"},
-            {"peer": 2, "model": "mlp", "task": "depth"}]
-    local_pp = {"0": {"accuracy": 0.40, "task_metric": 0.40},
+    spec = spec_entries(["resnet18", "vit-tiny", "mlp"], ["cifar100", "segmentation", "depth"])
+    local_pp = {"0": {"accuracy": 0.40, "task_metric": 0.40, "task_metric_name": "accuracy"},
                 "1": {"task_metric": 0.30, "task_metric_name": "miou"},
                 "2": {"task_metric": 0.50, "task_metric_name": "depth_error"}}
-    muscle_pp = {"0": {"accuracy": 0.50, "task_metric": 0.50},
+    muscle_pp = {"0": {"accuracy": 0.50, "task_metric": 0.50, "task_metric_name": "accuracy"},
                  "1": {"task_metric": 0.36, "task_metric_name": "miou"},
                  "2": {"task_metric": 0.45, "task_metric_name": "depth_error"}}
     local = make_run(tmp_path, "local-run", algorithm="local", k=3, rounds=2, per_peer=local_pp, peers_spec=spec)

@@ -339,6 +339,22 @@ def test_tree_statistics() -> None:
     assert stats["degree_mean"] == pytest.approx(2 * 14 / 15)
 
 
+@pytest.mark.parametrize("kind", ["metropolis", "uniform"])
+@pytest.mark.parametrize(("name", "n"), GRAPHS)
+def test_spectral_statistics_match_brute_force_eigendecomposition(name: str, n: int, kind: str) -> None:
+    """|λ2| is the second largest |eigenvalue| of W and the shares the eigenvector of W^T for eigenvalue 1."""
+    g = build(name, n, seed=1, **({"p": 0.3} if name == "random" else {}))
+    w = mixing_matrix(g, kind)
+    stats = statistics(g, w)
+    vals, vecs = np.linalg.eig(w.T)
+    moduli = np.sort(np.abs(vals))
+    assert stats["lambda2"] == pytest.approx(moduli[-2], abs=1e-10)
+    assert stats["spectral_gap"] == pytest.approx(1 - moduli[-2], abs=1e-10)
+    perron = np.real(vecs[:, np.argmin(np.abs(vals - 1.0))])
+    np.testing.assert_allclose(stats["consensus_share"], perron / perron.sum(), atol=1e-10)
+    assert stats["max_share"] == pytest.approx((perron / perron.sum()).max(), abs=1e-10)
+
+
 def test_describe_is_json_ready() -> None:
     g = build("random", 10, seed=2, p=0.4)
     w = mixing_matrix(g, "uniform")

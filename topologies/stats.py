@@ -1,10 +1,11 @@
-"""Spectral and structural statistics of a topology and its mixing matrix, for the run manifest."""
+"""Spectral and structural statistics of a topology and its mixing matrix, for the run manifest: the one place
+they are computed (drawings and analysis read them from here or from the manifest)."""
 from __future__ import annotations
-
-from typing import Any
 
 import networkx as nx
 import numpy as np
+
+from p2pfl.records import TopologyRecord, TopologyStats
 
 TOL = 1e-9
 
@@ -25,35 +26,32 @@ def second_eigenvalue_modulus(w: np.ndarray) -> float:
     return float(moduli[1]) if moduli.size > 1 else 0.0
 
 
-def statistics(graph: nx.Graph, w: np.ndarray) -> dict[str, Any]:
+def statistics(graph: nx.Graph, w: np.ndarray) -> TopologyStats:
     """JSON-ready statistics: spectral gap, |λ2|, diameter, degrees, consensus shares, stochasticity."""
     w = np.asarray(w, dtype=np.float64)
     deg = np.array([d for _, d in sorted(graph.degree)], dtype=np.float64)
     lam2 = second_eigenvalue_modulus(w)
     share = consensus_share(w)
     nonneg = bool((w >= -TOL).all())
-    return {
-        "n_nodes": graph.number_of_nodes(),
-        "n_edges": graph.number_of_edges(),
-        "diameter": int(nx.diameter(graph)),
-        "degree_min": int(deg.min()),
-        "degree_mean": float(deg.mean()),
-        "degree_max": int(deg.max()),
-        "lambda2": lam2,
-        "spectral_gap": 1.0 - lam2,
-        "consensus_share": [float(s) for s in share],
-        "max_share": float(share.max()),
-        "symmetric": bool(np.allclose(w, w.T, atol=TOL)),
-        "doubly_stochastic": nonneg
+    return TopologyStats(
+        n_nodes=graph.number_of_nodes(),
+        n_edges=graph.number_of_edges(),
+        diameter=int(nx.diameter(graph)),
+        degree_min=int(deg.min()),
+        degree_mean=float(deg.mean()),
+        degree_max=int(deg.max()),
+        lambda2=lam2,
+        spectral_gap=1.0 - lam2,
+        consensus_share=[float(s) for s in share],
+        max_share=float(share.max()),
+        symmetric=bool(np.allclose(w, w.T, atol=TOL)),
+        doubly_stochastic=nonneg
         and bool(np.allclose(w.sum(axis=1), 1.0, atol=TOL) and np.allclose(w.sum(axis=0), 1.0, atol=TOL)),
-    }
+    )
 
 
-def describe(graph: nx.Graph, w: np.ndarray) -> dict[str, Any]:
+def describe(graph: nx.Graph, w: np.ndarray) -> TopologyRecord:
     """The manifest's topology record: sorted edges (i < j), the mixing matrix and its statistics."""
     edges = sorted((min(u, v), max(u, v)) for u, v in graph.edges)
-    return {
-        "edges": [[int(u), int(v)] for u, v in edges],
-        "mixing": np.asarray(w, dtype=np.float64).tolist(),
-        "stats": statistics(graph, w),
-    }
+    return TopologyRecord(edges=[[int(u), int(v)] for u, v in edges], mixing=np.asarray(w, dtype=np.float64).tolist(),
+                          stats=statistics(graph, w))

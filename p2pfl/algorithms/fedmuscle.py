@@ -37,7 +37,6 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from p2pfl.algorithms.peer import Peer, derived
 from p2pfl.algorithms.trainer import LocalTrainer
@@ -47,8 +46,10 @@ from p2pfl.evaluation import features, multilabel_scores
 from p2pfl.losses import GRAM_DEFAULT_TAU, MUSCLE_TAU, MUSCLE_TAU_PREV
 from p2pfl.losses.align import GRAM_LABEL_SMOOTHING, align_loss
 from p2pfl.models import RepresentationNet, SupervisedNet, build_encoder, count_parameters, init_model
-from p2pfl.peerspec import PeerEntry, PeersSpec, load_peers_spec, uniform_spec
+from p2pfl.peerspec import PeersSpec, load_peers_spec, uniform_spec
+from p2pfl.records import Summary
 from p2pfl.rounds import RunContext
+from p2pfl.runtime.progress import format_bytes
 from p2pfl.seeding import SHARED, numpy_rng, torch_generator
 
 FLOAT_BYTES = 4
@@ -281,6 +282,13 @@ class FedMuscle(LocalTrainer):
             "server_downlink_bytes_per_peer_round": server["downlink_bytes_per_peer"],
             "server_bytes_per_round": server["bytes_per_round"],
         }}
+
+    def summary_lines(self, summary: Summary) -> list[str]:
+        """Bytes per peer and round sent peer to peer, next to what the paper's server design would send."""
+        comm = summary["communication"]
+        return [f"bytes per peer and round: {format_bytes(comm['bytes_sent_per_peer_round'])} sent peer to peer; "
+                f"the paper's server design would send {format_bytes(comm['server_downlink_bytes_per_peer_round'])}"
+                f" down and {format_bytes(comm['server_uplink_bytes_per_peer_round'])} up"]
 
 
 class FedMuscleLocal(FedMuscle):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import p2pfl
+from p2pfl.records import BaseManifest, Host, Seeds, TopologyRecord
 
 
 def versions() -> dict[str, str]:
@@ -48,15 +49,8 @@ def git_commit() -> str | None:
     return (commit + ("-dirty" if dirty else "")) or None
 
 
-def base_manifest(cfg_dict: dict, world_size: int, hosts: list[dict], topology: dict,
-                  seeds: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "command": sys.argv,
-        "world_size": world_size,
-        "config": cfg_dict,
-        "versions": versions(),
-        "git_commit": git_commit(),
-        "seeds": seeds,
-        "hosts": hosts,
-        "topology": topology,
-    }
+def base_manifest(cfg_dict: dict[str, Any], world_size: int, hosts: list[Host], topology: TopologyRecord,
+                  seeds: Seeds) -> BaseManifest:
+    """The manifest every run writes at start; the method adds its entries later (RunContext.record_manifest)."""
+    return BaseManifest(command=sys.argv, world_size=world_size, config=cfg_dict, versions=versions(),
+                        git_commit=git_commit(), seeds=seeds, hosts=hosts, topology=topology)

@@ -6,6 +6,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from p2pfl.records import Summary
+
 
 class Progress:
     """A tqdm bar over rounds on rank 0; silent elsewhere or when disabled."""
@@ -52,7 +54,7 @@ def placement_table(hosts: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _bytes(n: float) -> str:
+def format_bytes(n: float) -> str:
     """A byte count in B, KiB, MiB or GiB."""
     unit = "B"
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -62,18 +64,13 @@ def _bytes(n: float) -> str:
     return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
 
 
-def summary_lines(summary: dict) -> str:
-    """The closing summary printed once by rank 0."""
-    final = summary.get("final", {})
+def summary_lines(summary: Summary, method_lines: list[str]) -> str:
+    """The closing summary printed once by rank 0: the run, its final metrics, the method's own lines."""
     parts = [f"p2pfl: {summary['algorithm']} on {summary['topology']} ({summary['peers']} peers, "
              f"{summary['rounds']} rounds) finished in {summary['wall_s']:.1f} s"]
-    for key, value in final.items():
+    for key, value in summary["final"].items():
         if isinstance(value, (int, float)):
             parts.append(f"  {key:<28} {value:.6g}")
-    comm = summary.get("communication")
-    if comm and "server_downlink_bytes_per_peer_round" in comm:
-        parts.append(f"  bytes per peer and round: {_bytes(comm['bytes_sent_per_peer_round'])} sent peer to peer; "
-                     f"the paper's server design would send {_bytes(comm['server_downlink_bytes_per_peer_round'])}"
-                     f" down and {_bytes(comm['server_uplink_bytes_per_peer_round'])} up")
+    parts += [f"  {line}" for line in method_lines]
     parts.append(f"  run folder: {summary['run_dir']}")
     return "\n".join(parts)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from p2pfl.config import RunConfig, to_yaml
+from p2pfl.records import EvalRecord, RoundStart, Summary
 from p2pfl.runtime.files import JsonLines, write_atomic, write_json
 
 
@@ -45,7 +46,7 @@ class RunFolder:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if record.get("round", 0) <= last_round:
+            if record["round"] <= last_round:
                 kept.append(line + "\n")
         write_atomic(path, "".join(kept))
 
@@ -53,10 +54,10 @@ class RunFolder:
         self.manifest.update(entries)
         write_json(self.path / "manifest.json", self.manifest)
 
-    def log(self, record: dict) -> None:
+    def log(self, record: RoundStart | EvalRecord) -> None:
         self.metrics.write(record)
 
-    def write_summary(self, summary: dict) -> None:
+    def write_summary(self, summary: Summary) -> None:
         write_json(self.path / "summary.json", summary)
 
     def close(self) -> None:

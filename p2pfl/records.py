@@ -1,0 +1,337 @@
+"""The run folder's records, key by key: metrics.jsonl's round and eval records, summary.json, manifest.json.
+
+The writers build their records with the constructors here and `analysis` reads exactly these keys, so a key
+is named in one place. The types describe the files as JSON reads them back: peer and rank ids used as keys
+are strings. config.yaml, and manifest["config"], are `RunConfig.to_dict()` (p2pfl.config).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Literal, Mapping, TypedDict
+
+# ------------------------------------------------------------------------------------------------ metrics.jsonl
+
+#: Fields of the round records that measure time, not behaviour.
+TIMING_FIELDS = frozenset({"elapsed_s", "time_compute_s", "time_comm_s", "time_wait_s", "time_local_s", "round_s"})
+#: A per-peer metric `<name>` of a round record comes with its mean over peers, `<name>_mean`.
+MEAN = "_mean"
+#: Eval metrics: statistics over peers of a per-peer metric end in these ...
+PEER_MEAN, PEER_MIN, PEER_MAX = "_peer_mean", "_peer_min", "_peer_max"
+#: ... and metrics of the network-average model in this.
+AVG = "_avg"
+#: The per-peer metric of local training every Learner reports in the round records.
+LOSS = "loss"
+#: FedMuscle's per-peer eval metrics: each peer's task metric and its name (compared by the Δ% of SPEC §6).
+TASK_METRIC, TASK_METRIC_NAME = "task_metric", "task_metric_name"
+
+
+class RoundStart(TypedDict):
+    """Round 0: the consensus distance before any round (None for methods without one)."""
+
+    type: Literal["round"]
+    round: int
+    elapsed_s: float
+    consensus_distance: float | None
+
+
+class RoundRecord(RoundStart):
+    """A finished round t >= 1; bytes count every neighbour message, times are the slowest rank's.
+
+    Besides these keys, each per-peer metric the method reports (e.g. `loss`) appears as `<name>`: {peer: value}
+    over the active peers and `<name>_mean`: their mean over finite values (None when there is none).
+    """
+
+    active: list[int]
+    bytes_sent: int
+    bytes_recv: int
+    bytes_sent_per_peer: dict[str, int]
+    time_compute_s: float
+    time_comm_s: float
+    time_wait_s: float
+    time_local_s: float
+    round_s: float
+
+
+class EvalRecord(TypedDict):
+    """An evaluation: network-level metrics plus statistics over peers (`_peer_mean/_min/_max`), and each
+    peer's own metrics (numbers, and a few labels such as FedMuscle's `task_metric_name`)."""
+
+    type: Literal["eval"]
+    round: int
+    final: bool
+    metrics: dict[str, float]
+    per_peer: dict[str, dict[str, float | str]]
+
+
+ROUND_KEYS = RoundRecord.__required_keys__
+
+
+def metric_names(record: RoundStart | RoundRecord) -> list[str]:
+    """The per-peer metrics a round record carries: its `{peer: value}` keys beyond RoundRecord's."""
+    return [key for key, value in record.items() if key not in ROUND_KEYS and isinstance(value, dict)]
+
+
+def finite_mean(values: Iterable[float | None]) -> float | None:
+    """Mean of the finite values (None when there is none)."""
+    kept = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(kept) / len(kept) if kept else None
+
+
+def round_start(consensus_distance: float | None) -> RoundStart:
+    """Round 0's record, written before the first round."""
+    return RoundStart(type="round", round=0, elapsed_s=0.0, consensus_distance=consensus_distance)
+
+
+def round_record(round: int, elapsed_s: float, active: Iterable[int], per_peer: Mapping[int, Mapping[str, float]],
+                 consensus_distance: float | None, sent: Mapping[int, int], recv: Mapping[int, int], *,
+                 time_compute_s: float, time_comm_s: float, time_wait_s: float, time_local_s: float,
+                 round_s: float) -> RoundRecord:
+    """The record of round `round` from the peers' metrics (sorted by peer) and bytes sent/received per peer."""
+    record: dict[str, Any] = {"type": "round", "round": round, "elapsed_s": elapsed_s, "active": sorted(active)}
+    for key in sorted({k for m in per_peer.values() for k in m}):
+        values = {str(p): m[key] for p, m in per_peer.items() if key in m}
+        record[key] = values
+        record[key + MEAN] = finite_mean(values.values())
+    record.update(consensus_distance=consensus_distance, bytes_sent=sum(sent.values()), bytes_recv=sum(recv.values()),
+                  bytes_sent_per_peer={str(p): v for p, v in sent.items()}, time_compute_s=time_compute_s,
+                  time_comm_s=time_comm_s, time_wait_s=time_wait_s, time_local_s=time_local_s, round_s=round_s)
+    return record  # type: ignore[return-value]
+
+
+def peer_statistics(per_peer: Mapping[int, Mapping[str, Any]]) -> dict[str, float]:
+    """Mean, min and max over peers of every numeric per-peer metric, as `<name>_peer_mean` etc."""
+    out: dict[str, float] = {}
+    for key in sorted({k for m in per_peer.values() for k in m}):
+        values = [m[key] for m in per_peer.values() if isinstance(m.get(key), (int, float))]
+        if values:
+            out[key + PEER_MEAN] = sum(values) / len(values)
+            out[key + PEER_MIN] = min(values)
+            out[key + PEER_MAX] = max(values)
+    return out
+
+
+def eval_record(round: int, final: bool, metrics: Mapping[str, float],
+                per_peer: Mapping[int, Mapping[str, float | str]]) -> EvalRecord:
+    """The record of an evaluation: the network metrics joined by the statistics over `per_peer`."""
+    return EvalRecord(type="eval", round=round, final=final, metrics={**metrics, **peer_statistics(per_peer)},
+                      per_peer={str(p): dict(m) for p, m in per_peer.items()})
+
+
+# ------------------------------------------------------------------------------------------------ summary.json
+
+class CommCounters(TypedDict):
+    """One rank's traffic: wire bytes per neighbour rank, logical bytes per peer, seconds in MPI."""
+
+    wire_sent: dict[str, int]
+    wire_recv: dict[str, int]
+    peer_sent: dict[str, int]
+    peer_recv: dict[str, int]
+    time_comm_s: float
+    time_wait_s: float
+
+
+class MuscleCommunication(TypedDict):
+    """FedMuscle's bytes per peer and round, measured and by formula, next to the paper's server design."""
+
+    bytes_sent_per_peer_round: float
+    bytes_sent_per_peer_round_by_peer: dict[str, float]
+    p2p_formula: str
+    p2p_bytes_per_peer_round_expected: float
+    server_formula: str
+    server_M: int
+    server_uplink_bytes_per_peer_round: float
+    server_downlink_bytes_per_peer_round: float
+    server_bytes_per_round: float
+
+
+class _Summary(TypedDict):
+    algorithm: str
+    topology: str
+    peers: int
+    rounds: int
+    ranks: int
+    wall_s: float
+    run_dir: str
+    final: dict[str, float]
+    consensus_distance_initial: float | None
+    comm_per_rank: dict[str, CommCounters]
+
+
+class Summary(_Summary, total=False):
+    """summary.json: the run, its wall time, the final evaluation's metrics, traffic per rank; then what the
+    method adds (`Algorithm.summary`)."""
+
+    communication: MuscleCommunication  # fedmuscle, local --peers-spec
+
+
+def _str_keys(value: Any) -> Any:
+    return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) else value
+
+
+def summary_record(*, algorithm: str, topology: str, peers: int, rounds: int, ranks: int, wall_s: float,
+                   run_dir: str, final: Mapping[str, float], consensus_distance_initial: float | None,
+                   comm_per_rank: list[Mapping[str, Any]], extra: Mapping[str, Any]) -> Summary:
+    """summary.json from the run's numbers, each rank's CommStats snapshot and the method's extra entries."""
+    comm = {str(r): {k: _str_keys(v) for k, v in s.items()} for r, s in enumerate(comm_per_rank)}
+    summary = _Summary(algorithm=algorithm, topology=topology, peers=peers, rounds=rounds, ranks=ranks, wall_s=wall_s,
+                       run_dir=run_dir, final=dict(final), consensus_distance_initial=consensus_distance_initial,
+                       comm_per_rank=comm)  # type: ignore[typeddict-item]
+    return {**summary, **extra}  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------------------------------------ manifest.json
+
+class Host(TypedDict):
+    """Where one rank ran and the peers it hosted."""
+
+    rank: int
+    host: str
+    device: str
+    peers: list[int]
+
+
+class Seeds(TypedDict):
+    seed: int
+    streams: str
+
+
+class TopologyStats(TypedDict):
+    """Statistics of the graph and its mixing matrix W (topologies.stats.statistics)."""
+
+    n_nodes: int
+    n_edges: int
+    diameter: int
+    degree_min: int
+    degree_mean: float
+    degree_max: int
+    lambda2: float  # |λ2(W)|, the second largest eigenvalue modulus
+    spectral_gap: float  # 1 - |λ2|
+    consensus_share: list[float]  # left Perron vector of W, summing to 1
+    max_share: float
+    symmetric: bool
+    doubly_stochastic: bool
+
+
+class TopologyRecord(TypedDict):
+    """manifest["topology"]: sorted edges (i < j), the mixing matrix, its statistics."""
+
+    edges: list[list[int]]
+    mixing: list[list[float]]
+    stats: TopologyStats
+
+
+class _Partition(TypedDict):
+    kind: str
+    alpha: float
+    beta: float
+    sizes: list[int]
+    class_counts: list[list[int]]  # peers x classes
+
+
+class DataPartition(_Partition):
+    """The partition of one dataset over the peers (p2pfl.workload)."""
+
+    classes: list[str]
+    rotation_groups: list[int]
+
+
+class TaskGroupPartition(_Partition):
+    """FedMuscle's partition, within each task group of the peer specification."""
+
+    within: str
+    task_groups: list[int]
+
+
+class _Dataset(TypedDict):
+    name: str
+    train: int
+    test: int
+
+
+class DatasetInfo(_Dataset, total=False):
+    source: str  # a file dataset's path
+    seed: int  # synthetic
+    noise: float  # synthetic
+
+
+class ModelInfo(TypedDict):
+    name: str
+    parameters: int
+    mixed_per_message: int
+
+
+class MuSetting(TypedDict):
+    mu: float
+
+
+class PeerSpecEntry(TypedDict):
+    """One peer of a --peers-spec (PeerSpec.manifest)."""
+
+    peer: int
+    model: str
+    task: str
+    dataset: str
+    group: int
+    task_group: int
+    labels: list[int] | None
+    metric: str
+
+
+class ModelEntry(TypedDict):
+    """One model family of a --peers-spec run."""
+
+    group: int
+    model: str
+    task: str
+    dataset: str
+    parameters: int
+    trainable: int
+    representation_trainable: int
+    outputs: int
+    input: list[int]
+
+
+class PublicData(TypedDict):
+    dataset: str
+    size: int
+    batch: int
+    rep_dim: int
+    source: str
+    conversion: str
+
+
+class Alignment(TypedDict):
+    loss: str
+    muscle_m: int
+    contrastive_steps: int
+    tau: float
+    tau_prev: float
+    gram_tau: float
+    gram_label_smoothing: float
+
+
+class BaseManifest(TypedDict):
+    """What every run records at start (p2pfl.runtime.manifest.base_manifest)."""
+
+    command: list[str]
+    world_size: int
+    config: dict[str, Any]
+    versions: dict[str, str]
+    git_commit: str | None
+    seeds: Seeds
+    hosts: list[Host]
+    topology: TopologyRecord
+
+
+class Manifest(BaseManifest, total=False):
+    """manifest.json: the base, then what the method records at set-up (`RunContext.record_manifest`)."""
+
+    partition: DataPartition | TaskGroupPartition  # methods that train on partitioned data
+    dataset: DatasetInfo  # learners
+    model: ModelInfo  # learners
+    fedprox: MuSetting
+    moon: MuSetting
+    peers_spec: list[PeerSpecEntry]  # fedmuscle, local --peers-spec
+    models: list[ModelEntry]  # fedmuscle, local --peers-spec
+    public: PublicData  # fedmuscle, local --peers-spec
+    alignment: Alignment  # fedmuscle, local --peers-spec
