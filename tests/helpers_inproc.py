@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from p2pfl.comm.world import World
-from p2pfl.config import make_config
+from p2pfl.config import make_config, resolve
 from p2pfl.rounds import Algorithm, RunContext
 from p2pfl.run import build_algorithm, build_context
 
@@ -23,5 +23,5 @@ def setup_algorithm(out: Path, **options) -> tuple[RunContext, Algorithm]:
     defaults = {"dataset": "synthetic", "peers": 4, "rounds": 1, "progress": False, "plots": False,
                 "out": str(out)}
     cfg = make_config(**{**defaults, **options})
-    ctx = build_context(world(), cfg, announce=False)
+    ctx = build_context(world(), resolve(cfg, world().size), announce=False)
     return ctx, build_algorithm(ctx)

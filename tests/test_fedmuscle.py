@@ -19,7 +19,7 @@ from p2pfl.algorithms.fedmuscle import (FedMuscle, multilabel_scores, public_bat
 from p2pfl.comm.exchange import Exchange
 from p2pfl.comm.placement import Placement
 from p2pfl.comm.world import World
-from p2pfl.config import make_config
+from p2pfl.config import make_config, resolve
 from p2pfl.data import load_dataset, split_public
 from p2pfl.losses import muscle_loss
 from p2pfl.peerspec import PeerSpecError, parse_peers_spec
@@ -53,12 +53,15 @@ def make_algorithm(tmp_path: Path, spec: dict | None, n_peers: int, topology: st
     if spec is not None:
         options["peers_spec"] = str(write_yaml(tmp_path / "spec.yaml", spec))
     cfg = make_config(algorithm="fedmuscle", peers=n_peers, topology=topology, out=str(tmp_path), **options)
+    run = resolve(cfg, 1)
+    cfg = run.cfg
     world = World.detect()
     graph = topologies.build(topology, n_peers, seed=cfg.seed)
     placement = Placement(n_peers, 1)
     exchange = Exchange(world, graph, placement, timeout=60)
     ctx = RunContext(cfg=cfg, world=world, graph=graph, W=np.asarray(topologies.mixing_matrix(graph)),
-                     placement=placement, exchange=exchange, device=torch.device("cpu"), run_dir=tmp_path)
+                     placement=placement, exchange=exchange, device=torch.device("cpu"), run_dir=tmp_path,
+                     spec=run.spec)
     algo = FedMuscle(ctx)
     algo.setup()
     return algo

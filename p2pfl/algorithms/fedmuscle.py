@@ -60,15 +60,13 @@ from p2pfl.data import (random_subset, PeerData, class_counts, ensure_dataset, l
                         split_public, supervised_augment)
 from p2pfl.data.tasks import coarse_labels
 from p2pfl.evaluation import features
-from p2pfl.losses import GRAM_DEFAULT_TAU, MUSCLE_TAU, MUSCLE_TAU_PREV, gram_loss, muscle_loss, pairwise_infonce
+from p2pfl.losses import GRAM_DEFAULT_TAU, GRAM_LABEL_SMOOTHING, MUSCLE_TAU, MUSCLE_TAU_PREV, align_loss
 from p2pfl.models import RepresentationNet, SupervisedNet, build_encoder, count_parameters, init_model
-from p2pfl.peerspec import CLASSIFICATION_TASKS, PeerEntry, PeersSpec, dataset_key, load_peers_spec, uniform_spec
+from p2pfl.peerspec import CLASSIFICATION_TASKS, PeerEntry, PeersSpec, dataset_key, uniform_spec
 from p2pfl.rounds import RunContext
 from p2pfl.seeding import SHARED, numpy_rng, stream_seed, torch_generator
 
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)
-#: GRAM's training code smooths its labels by 0.1 (reference notes §C.3).
-GRAM_LABEL_SMOOTHING = 0.1
 FLOAT_BYTES = 4
 
 
@@ -142,17 +140,6 @@ def server_bytes_per_round(n_active: int, steps: int, batch: int, rep_dim: int, 
             "bytes_per_round": float(n_active * (up + down))}
 
 
-def align_loss(kind: str, anchor: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
-    """The alignment loss ``kind`` of the anchor (B, d) against the others (M, B, d), constants."""
-    if kind == "muscle":
-        return muscle_loss(anchor, others, tau=MUSCLE_TAU, tau_prev=MUSCLE_TAU_PREV)
-    if kind == "pairwise":
-        return pairwise_infonce(anchor, others, tau=MUSCLE_TAU)
-    if kind == "gram":
-        return gram_loss(anchor, others, tau=GRAM_DEFAULT_TAU, label_smoothing=GRAM_LABEL_SMOOTHING)
-    raise ValueError(f"--loss: unknown value {kind!r}; allowed: muscle, pairwise, gram")
-
-
 # ------------------------------------------------------------------------------------------------ tasks
 
 def _reindex(y: torch.Tensor, labels: tuple[int, ...] | None) -> torch.Tensor:
@@ -213,12 +200,13 @@ class FedMuscle(Learner):
 
     # ------------------------------------------------------------------ set-up
     def load_spec(self) -> PeersSpec:
+        """The run's --peers-spec (read once, when the run was resolved), else every peer on --model/--dataset."""
         cfg = self.cfg
         if cfg.peers_spec is None:
             opts = {"lora_rank": cfg.lora_rank} if cfg.model.startswith("hf:") else {}
             return uniform_spec(self.ctx.n_peers, cfg.model, cfg.dataset, cfg.public_size, opts)
-        return load_peers_spec(cfg.peers_spec, default_dataset=cfg.dataset, public_size=cfg.public_size,
-                               n_peers=self.ctx.n_peers)
+        assert self.ctx.spec is not None, "a run with --peers-spec carries its spec (p2pfl.config.resolve)"
+        return self.ctx.spec
 
     def _load(self, name: str, options: dict, cache: dict):
         key = dataset_key(name, options)

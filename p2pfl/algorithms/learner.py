@@ -7,12 +7,12 @@ network average, per-peer evaluation and the weight drift.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 from torch import nn
 
+from p2pfl import optim
 from p2pfl.data import PeerData
 from p2pfl.evaluation import weight_drift
 from p2pfl.gossip import exact_mean, gossip
@@ -86,9 +86,8 @@ class Learner(Algorithm):
 
     # ------------------------------------------------------------------ local training
     def lr_at(self, round: int) -> float:
-        if self.cfg.schedule == "cosine" and self.cfg.rounds > 1:
-            return self.cfg.lr * 0.5 * (1 + math.cos(math.pi * (round - 1) / self.cfg.rounds))
-        return self.cfg.lr
+        """The learning rate of `round` under --schedule."""
+        return optim.lr_at(self.cfg, round)
 
     def trainable(self, peer: int) -> list[nn.Parameter]:
         return [p for p in self.models[peer].parameters() if p.requires_grad]
@@ -105,12 +104,7 @@ class Learner(Algorithm):
 
     def make_optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
         """A fresh optimiser of the configured kind over `params`."""
-        cfg = self.cfg
-        if cfg.optimizer == "sgd":
-            return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-        if cfg.optimizer == "adamw":
-            return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return optim.make_optimizer(params, self.cfg)
 
     def batch_size(self, peer: int) -> int:
         return max(2, min(self.cfg.batch_size, len(self.data[peer])))

@@ -23,10 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from p2pfl.algorithms.fedavg import FedAvg
+from p2pfl.algorithms.fedavg import MOON_PAPER, FedAvg
 from p2pfl.losses import moon_contrastive
 
 MOON_MU = 5.0
+MOON_TAU = 0.5
 
 
 def _frozen(model: nn.Module) -> nn.Module:
@@ -40,7 +41,7 @@ class Moon(FedAvg):
     """Model-contrastive federated learning on a peer graph."""
 
     name = "moon"
-    default_mu = MOON_MU
+    defaults = {**MOON_PAPER, "mu": MOON_MU, "temperature": MOON_TAU}
 
     def setup(self) -> None:
         super().setup()
@@ -80,7 +81,7 @@ class Moon(FedAvg):
             return ce
         if peer in self._con:
             self._con[peer] += con.detach()
-        return ce + self.mu * con
+        return ce + self.cfg.mu * con
 
     def contrastive(self, peer: int, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor | None:
         """ℓ_con of the batch for representation z (None before the peer's first local training)."""
