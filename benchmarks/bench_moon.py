@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from p2pfl.comm.world import World  # noqa: E402
-from p2pfl.config import make_config, validate  # noqa: E402
+from p2pfl.config import make_config, resolve  # noqa: E402
 from p2pfl.run import build_algorithm, build_context  # noqa: E402
 
 
@@ -36,8 +36,7 @@ def epoch_seconds(algorithm: str, model: str, device: str, images: int, repeats:
                       momentum=0.9, weight_decay=1e-5, batch_size=64, local_epochs=1, threads=threads, out=out,
                       progress=False, plots=False)
     world = World.detect()
-    validate(cfg, world_size=world.size)
-    algo = build_algorithm(build_context(world, cfg, announce=False))
+    algo = build_algorithm(build_context(world, resolve(cfg, world.size), announce=False))
     sync = torch.cuda.synchronize if algo.ctx.device.type == "cuda" else (lambda: None)
     algo.local_update(0, 1)
     times = []

@@ -1,18 +1,29 @@
 """One typed configuration object for a run: defaults, YAML files, command-line flags and validation.
 
 Every option is a dataclass field; its metadata carries the help text and, where the set of values is
-closed, the allowed values. The command line is generated from the fields, so a flag, a YAML key and a
-field are always the same thing (`--local-epochs` = `local_epochs:` = `local-epochs:`).
+closed, where the allowed values live (the module that owns them: a registry or a names tuple). The command
+line is generated from the fields, so a flag, a YAML key and a field are always the same thing
+(`--local-epochs` = `local_epochs:` = `local-epochs:`).
+
+Values come, later ones winning, from the project-wide defaults here, the method's own defaults (its paper's
+values, `Algorithm.defaults`) for the options the user did not set, a YAML file, and the flags. The result is
+frozen; `resolve` adds what depends on the world size (the peer count, the peers spec read once) and is the
+only place a run's configuration is completed.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import os
+import re
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import yaml
+
+if TYPE_CHECKING:
+    from p2pfl.peerspec import PeersSpec
 
 
 class ConfigError(ValueError):
@@ -24,35 +35,31 @@ def _opt(default: Any, help: str, choices: Sequence[str] | Callable[[], Sequence
     return field(default=default, metadata={"help": help, "choices": choices, "section": section})
 
 
-def _algorithms() -> list[str]:
-    from p2pfl.algorithms import names
-    return names()
+def _owned(module: str, name: str) -> Callable[[], list[str]]:
+    """The allowed values `module.name` holds (a registry, a tuple, or a function returning names), read when
+    first needed so that importing the configuration stays light."""
+    def allowed() -> list[str]:
+        values = getattr(importlib.import_module(module), name)
+        return list(values() if callable(values) else values)
+    return allowed
 
 
 def _topologies() -> list[str]:
     import topologies
-    return [n for n in topologies.names() if n != "file"]
+    return [n for n in topologies.names() if n != "file"] + ["file"]
 
 
-MIXINGS = ("metropolis", "uniform", "max-degree")
-PARTITIONS = ("iid", "dirichlet", "skew", "one-class")
-DATASETS = ("fashion-mnist", "cifar10", "cifar100", "synthetic")
-OPTIMIZERS = ("adam", "sgd", "adamw")
-SCHEDULES = ("constant", "cosine")
-MUSCLE_LOSSES = ("muscle", "pairwise", "gram")
-
-
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
-    """Everything a run needs; the resolved object is written to the run folder as config.yaml."""
+    """Everything a run needs, frozen; the resolved object is written to the run folder as config.yaml."""
 
     # run
-    algorithm: str = _opt("dec-ssl", "the method to run", _algorithms)
-    topology: str = _opt("cycle", "peer graph (or 'file' with --graph-file)", lambda: _topologies() + ["file"])
+    algorithm: str = _opt("dec-ssl", "the method to run", _owned("p2pfl.algorithms", "names"))
+    topology: str = _opt("cycle", "peer graph (or 'file' with --graph-file)", _topologies)
     peers: int | None = _opt(None, "number of peers K (default: the MPI world size; 20 without mpirun)")
     rounds: int = _opt(10, "communication rounds")
     seed: int = _opt(0, "the seed every random stream is keyed by")
-    mixing: str = _opt("metropolis", "gossip weights", MIXINGS)
+    mixing: str = _opt("metropolis", "gossip weights", _owned("topologies.mixing", "KINDS"))
     p: float = _opt(0.7, "edge probability of the random topology")
     graph_file: str | None = _opt(None, "edge list, adjacency matrix or GraphML for --topology file")
     participation: float = _opt(1.0, "fraction rho of peers active each round, in (0, 1]")
@@ -60,7 +67,8 @@ class RunConfig:
     name: str | None = _opt(None, "run folder name (default <time>-<algorithm>-<topology>)")
     timeout: float = _opt(300.0, "seconds a receive may wait before the job aborts")
     threads: int = _opt(1, "torch intra-op threads per process (results are bitwise reproducible at equal threads)")
-    device: str = _opt("auto", "auto (GPU by node-local rank when present), cpu, or cuda")
+    device: str = _opt("auto", "auto (GPU by node-local rank when present), cpu, or cuda",
+                       _owned("p2pfl.runtime.device", "DEVICES"))
     cuda_aware_mpi: bool = _opt(False, "hand GPU buffers to MPI directly instead of staging through pinned memory")
     chunk_mb: int = _opt(1024, "largest MPI message in MiB; bigger buffers travel in chunks")
     eval_every: int = _opt(5, "evaluate every N rounds (0: only at the end)")
@@ -72,10 +80,11 @@ class RunConfig:
     # consensus
     vector_size: int = _opt(1_000_000, "floats per peer for --algorithm consensus", section="consensus")
     # data
-    dataset: str = _opt("fashion-mnist", "training data", DATASETS, section="data")
+    dataset: str = _opt("fashion-mnist", "training data", _owned("p2pfl.data.datasets", "DATASETS"), section="data")
     data_dir: str | None = _opt(None, "data root (default $P2PFL_DATA, else ~/.cache/p2pfl)", section="data")
     download: bool = _opt(False, "allow downloading a missing dataset (one rank per node)", section="data")
-    partition: str = _opt("dirichlet", "how data is split over peers", PARTITIONS, section="data")
+    partition: str = _opt("dirichlet", "how data is split over peers", _owned("p2pfl.data.partition", "PARTITIONS"),
+                          section="data")
     alpha: float = _opt(0.1, "Dirichlet concentration", section="data")
     beta: float = _opt(0.5, "iid fraction of the skew partition", section="data")
     min_size: int = _opt(10, "smallest shard a Dirichlet partition may give a peer", section="data")
@@ -87,11 +96,12 @@ class RunConfig:
     local_epochs: float = _opt(1.0, "local epochs E per round", section="training")
     local_steps: int | None = _opt(None, "local steps per round (overrides --local-epochs)", section="training")
     batch_size: int = _opt(128, "local batch size", section="training")
-    optimizer: str = _opt("adam", "local optimiser", OPTIMIZERS, section="training")
+    optimizer: str = _opt("adam", "local optimiser", _owned("p2pfl.optim", "OPTIMIZERS"), section="training")
     lr: float = _opt(1e-3, "learning rate", section="training")
     momentum: float = _opt(0.9, "SGD momentum", section="training")
     weight_decay: float = _opt(0.0, "weight decay", section="training")
-    schedule: str = _opt("constant", "learning-rate schedule over rounds", SCHEDULES, section="training")
+    schedule: str = _opt("constant", "learning-rate schedule over rounds", _owned("p2pfl.optim", "SCHEDULES"),
+                         section="training")
     keep_optimizer: bool = _opt(False, "keep optimiser state across rounds (default: reset each round)",
                                 section="training")
     fedbn: bool = _opt(False, "keep BatchNorm layers local (never mixed)", section="training")
@@ -101,8 +111,8 @@ class RunConfig:
     probe_epochs: int = _opt(30, "epochs of the linear probe", section="evaluation")
     knn_k: int = _opt(200, "neighbours of the kNN monitor", section="evaluation")
     # MOON and friends
-    mu: float | None = _opt(None, "weight of the MOON / FedProx term (default: 5 for moon, 0.01 for fedprox)",
-                            section="moon")
+    mu: float = _opt(0.0, "weight of the MOON / FedProx term (moon and fedprox default to their papers' values)",
+                     section="moon")
     prev_models: int = _opt(1, "MOON's pool of previous models", section="moon")
     # FedMuscle
     muscle_m: int = _opt(3, "neighbours M sampled per contrastive step", section="fedmuscle")
@@ -110,12 +120,24 @@ class RunConfig:
     public_size: int = _opt(5000, "images held out as the public set", section="fedmuscle")
     public_batch: int = _opt(32, "public batch B", section="fedmuscle")
     rep_dim: int = _opt(256, "representation width d", section="fedmuscle")
-    loss: str = _opt("muscle", "alignment loss", MUSCLE_LOSSES, section="fedmuscle")
+    loss: str = _opt("muscle", "alignment loss", _owned("p2pfl.losses.align", "ALIGN_LOSSES"), section="fedmuscle")
     peers_spec: str | None = _opt(None, "YAML file giving each peer its model, task and dataset", section="fedmuscle")
     lora_rank: int = _opt(16, "LoRA rank for Hugging Face models (0: full fine-tuning)", section="fedmuscle")
+    #: Not an option: the options that took the method's default because the user did not set them.
+    from_method: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The options (not `from_method`), as config.yaml and the manifest record them."""
+        return {f.name: getattr(self, f.name) for f in options()}
+
+    def method_defaults(self) -> dict[str, Any]:
+        """The options that took the method's default, with their values (recorded in the manifest)."""
+        return {name: getattr(self, name) for name in self.from_method}
+
+
+def options() -> list[dataclasses.Field]:
+    """The fields of RunConfig that are options (a flag and a YAML key each)."""
+    return [f for f in fields(RunConfig) if "help" in f.metadata]
 
 
 def _flag(name: str) -> str:
@@ -134,12 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line of `python -m p2pfl.run`, generated from RunConfig."""
     parser = argparse.ArgumentParser(
         prog="python -m p2pfl.run",
-        description="Run peers that learn together over a graph (under mpirun, or all in one process).",
+        description="Run peers that learn together over a graph (under mpirun, or all in one process). A method "
+                    "may declare its paper's values for the options you leave unset; --print-config shows them.",
         argument_default=argparse.SUPPRESS)
     parser.add_argument("--config", help="YAML file of options (flags given here override it)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved configuration and exit")
     groups: dict[str, argparse._ArgumentGroup] = {}
-    for f in fields(RunConfig):
+    for f in options():
         section = f.metadata["section"]
         group = groups.setdefault(section, parser.add_argument_group(section))
         typ = _field_type(f)
@@ -189,7 +212,7 @@ def load_yaml(path: str) -> dict[str, Any]:
         raise ConfigError(f"--config: {path} is not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"--config: {path} must hold a mapping of option: value")
-    known = {f.name for f in fields(RunConfig)}
+    known = {f.name for f in options()}
     out = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
@@ -217,17 +240,28 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RunConfig, bool]:
 
 
 def make_config(**values: Any) -> RunConfig:
-    """Build and validate a RunConfig from option values (strings from the CLI are converted)."""
-    by_name = {f.name: f for f in fields(RunConfig)}
-    kwargs = {}
+    """Build and validate a RunConfig from the options the user set (strings from the CLI are converted);
+    the method's own defaults fill the options not among them, the project-wide ones the rest."""
+    by_name = {f.name: f for f in options()}
+    given = {}
     for name, value in values.items():
         name = name.replace("-", "_")
         if name not in by_name:
             raise ConfigError(f"unknown option '{name}'")
-        kwargs[name] = _convert(by_name[name], value)
-    cfg = RunConfig(**kwargs)
+        given[name] = _convert(by_name[name], value)
+    cfg = RunConfig(**given)
+    _check_choice(by_name["algorithm"], cfg.algorithm)
+    from_method = {k: v for k, v in _declared(cfg, "defaults").items() if k not in given}
+    cfg = dataclasses.replace(cfg, **from_method, from_method=tuple(from_method))
     validate(cfg)
     return cfg
+
+
+def _declared(cfg: RunConfig, what: str) -> dict[str, Any]:
+    """The class attribute `what` ("defaults" or "allowed"; see p2pfl.rounds.Algorithm) of the class that
+    runs cfg's algorithm."""
+    from p2pfl.algorithms import get
+    return dict(getattr(get(cfg.algorithm, peers_spec=cfg.peers_spec is not None), what, {}))
 
 
 def _check(ok: bool, option: str, message: str) -> None:
@@ -235,22 +269,24 @@ def _check(ok: bool, option: str, message: str) -> None:
         raise ConfigError(f"{_flag(option)}: {message}")
 
 
-def validate(cfg: RunConfig, world_size: int | None = None) -> None:
-    """Check every value against what is allowed; world_size adds the peers-versus-ranks rule."""
-    for f in fields(RunConfig):
-        choices = f.metadata["choices"]
-        value = getattr(cfg, f.name)
-        if choices is None or value is None:
-            continue
-        allowed = list(choices() if callable(choices) else choices)
-        _check(value in allowed, f.name, f"unknown value '{value}'; allowed: {', '.join(allowed)}")
+def _check_choice(f: dataclasses.Field, value: Any) -> None:
+    """The value is one its owner allows (fields without a closed set of values, and None, pass)."""
+    choices = f.metadata["choices"]
+    if choices is None or value is None:
+        return
+    allowed = list(choices() if callable(choices) else choices)
+    _check(value in allowed, f.name, f"unknown value '{value}'; allowed: {', '.join(allowed)}")
+
+
+def validate(cfg: RunConfig) -> None:
+    """Check every value against what is allowed, the method's own restrictions included."""
+    for f in options():
+        _check_choice(f, getattr(cfg, f.name))
+    for name, allowed in _declared(cfg, "allowed").items():
+        value = getattr(cfg, name)
+        _check(value in allowed, name, f"{cfg.algorithm} allows only {', '.join(map(str, allowed))}, got '{value}'")
     if cfg.peers is not None:
         _check(cfg.peers >= 2, "peers", f"need at least 2 peers, got {cfg.peers}")
-    if world_size is not None:
-        peers = resolved_peers(cfg, world_size)
-        _check(peers >= 2, "peers", f"need at least 2 peers, got {peers} (set --peers or run more ranks)")
-        _check(peers >= world_size, "peers",
-               f"{peers} peers cannot fill {world_size} MPI ranks; use --peers >= {world_size} or fewer ranks")
     _check(cfg.rounds >= 0, "rounds", f"must be >= 0, got {cfg.rounds}")
     _check(0.0 < cfg.p <= 1.0, "p", f"must lie in (0, 1], got {cfg.p}")
     _check(0.0 < cfg.participation <= 1.0, "participation", f"must lie in (0, 1], got {cfg.participation}")
@@ -263,7 +299,6 @@ def validate(cfg: RunConfig, world_size: int | None = None) -> None:
                f"no checkpoint in {cfg.resume} (run with --checkpoint-every N first)")
     _check(cfg.eval_every >= 0, "eval_every", f"must be >= 0, got {cfg.eval_every}")
     _check(cfg.vector_size >= 1, "vector_size", f"must be >= 1, got {cfg.vector_size}")
-    _check(cfg.device in ("auto", "cpu", "cuda"), "device", f"unknown value '{cfg.device}'; allowed: auto, cpu, cuda")
     _check(cfg.topology != "file" or cfg.graph_file is not None, "graph_file", "required with --topology file")
     if cfg.graph_file is not None:
         _check(os.path.isfile(cfg.graph_file), "graph_file", f"file not found: {cfg.graph_file}")
@@ -276,7 +311,7 @@ def validate(cfg: RunConfig, world_size: int | None = None) -> None:
     _check(cfg.batch_size >= 2, "batch_size", f"must be >= 2, got {cfg.batch_size}")
     _check(cfg.lr > 0, "lr", f"must be > 0, got {cfg.lr}")
     _check(cfg.temperature > 0, "temperature", f"must be > 0, got {cfg.temperature}")
-    _check(cfg.mu is None or cfg.mu >= 0, "mu", f"must be >= 0, got {cfg.mu}")
+    _check(cfg.mu >= 0, "mu", f"must be >= 0, got {cfg.mu}")
     _check(cfg.prev_models >= 1, "prev_models", f"must be >= 1, got {cfg.prev_models}")
     _check(cfg.muscle_m >= 1, "muscle_m", f"must be >= 1, got {cfg.muscle_m}")
     _check(cfg.contrastive_steps >= 0, "contrastive_steps", f"must be >= 0, got {cfg.contrastive_steps}")
@@ -286,7 +321,6 @@ def validate(cfg: RunConfig, world_size: int | None = None) -> None:
     if cfg.peers_spec is not None:
         _check(os.path.isfile(cfg.peers_spec), "peers_spec", f"file not found: {cfg.peers_spec}")
     if cfg.fault is not None:
-        import re
         _check(re.fullmatch(r"(raise|silent)@\d+:\d+", cfg.fault) is not None, "fault",
                f"expected 'raise@RANK:ROUND' or 'silent@PEER:ROUND', got {cfg.fault!r}")
 
@@ -294,16 +328,39 @@ def validate(cfg: RunConfig, world_size: int | None = None) -> None:
 SINGLE_PROCESS_PEERS = 20
 
 
-def resolved_peers(cfg: RunConfig, world_size: int) -> int:
-    """K: --peers, else the peers of --peers-spec, else the world size, else (one process) the main job's 20 peers."""
-    if cfg.peers is not None:
-        return cfg.peers
+@dataclass(frozen=True)
+class ResolvedRun:
+    """A run's configuration completed once for its world size, with what was read to complete it."""
+
+    cfg: RunConfig  # peers is K, a number
+    spec: PeersSpec | None  # the --peers-spec file, read and checked once
+
+
+def resolve(cfg: RunConfig, world_size: int) -> ResolvedRun:
+    """The run on `world_size` ranks. K is --peers, else the peers of --peers-spec, else the world size, else
+    (one process) the main job's 20 peers; the peers spec is read here and nowhere else."""
+    spec = None
     if cfg.peers_spec is not None:
-        from p2pfl.peerspec import spec_peer_count
-        return spec_peer_count(cfg.peers_spec)
-    return world_size if world_size > 1 else SINGLE_PROCESS_PEERS
+        from p2pfl.peerspec import load_peers_spec
+        spec = load_peers_spec(cfg.peers_spec, default_dataset=cfg.dataset, public_size=cfg.public_size,
+                               n_peers=cfg.peers)
+    if cfg.peers is not None:
+        peers = cfg.peers
+    elif spec is not None:
+        peers = spec.n_peers
+    else:
+        peers = world_size if world_size > 1 else SINGLE_PROCESS_PEERS
+    _check(peers >= 2, "peers", f"need at least 2 peers, got {peers} (set --peers or run more ranks)")
+    _check(peers >= world_size, "peers",
+           f"{peers} peers cannot fill {world_size} MPI ranks; use --peers >= {world_size} or fewer ranks")
+    return ResolvedRun(dataclasses.replace(cfg, peers=peers), spec)
 
 
 def to_yaml(cfg: RunConfig) -> str:
-    """The resolved configuration as YAML (kebab-free snake_case keys, loadable by --config)."""
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    """The configuration as YAML (snake_case keys, loadable by --config); an option that took the method's
+    default says so in a comment."""
+    lines = []
+    for key, value in cfg.to_dict().items():
+        line = yaml.safe_dump({key: value}, sort_keys=False).rstrip("\n")
+        lines.append(f"{line}  # {cfg.algorithm}'s default" if key in cfg.from_method else line)
+    return "\n".join(lines) + "\n"

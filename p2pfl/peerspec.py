@@ -330,11 +330,6 @@ def load_peers_spec(path: str, *, default_dataset: str = "cifar10", public_size:
                             public_size=public_size, n_peers=n_peers)
 
 
-def spec_peer_count(path: str) -> int:
-    """K of a peers-spec file (used when --peers is not given)."""
-    return load_peers_spec(path).n_peers
-
-
 def uniform_spec(n_peers: int, model: str, dataset: str, public_size: int | float,
                  model_options: dict | None = None) -> PeersSpec:
     """The spec of a run without --peers-spec: every peer gets --model and --dataset with the dataset's own

@@ -9,7 +9,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import networkx as nx
 import numpy as np
@@ -20,6 +20,7 @@ from p2pfl.comm.placement import Placement
 from p2pfl.comm.world import World
 from p2pfl.config import RunConfig
 from p2pfl.gossip import consensus_distance
+from p2pfl.peerspec import PeersSpec
 from p2pfl.records import (EvalRecord, RoundStart, Summary, eval_record, round_record, round_start,
                            summary_record)
 from p2pfl.runtime.checkpoint import load_peer, load_state, record_state, restore_record, save_peer, save_state
@@ -41,6 +42,7 @@ class RunContext:
     device: torch.device
     run_dir: Path
     folder: RunFolder | None = None
+    spec: PeersSpec | None = None  # the --peers-spec of the run, read once by p2pfl.config.resolve
     manifest_extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -67,6 +69,10 @@ class Algorithm:
 
     name = "base"
     headline = "loss"
+    #: Its paper's values of options the user leaves unset (flags, YAML keys, make_config arguments).
+    defaults: ClassVar[dict[str, Any]] = {}
+    #: Options it restricts: option -> the only values it accepts (anything else is a ConfigError).
+    allowed: ClassVar[dict[str, tuple[Any, ...]]] = {}
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx

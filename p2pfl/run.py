@@ -12,7 +12,7 @@ from p2pfl import algorithms
 from p2pfl.comm.exchange import Exchange
 from p2pfl.comm.placement import Placement
 from p2pfl.comm.world import World
-from p2pfl.config import RunConfig, parse_args, resolved_peers, to_yaml, validate
+from p2pfl.config import ResolvedRun, parse_args, resolve, to_yaml
 from p2pfl.records import Host, Seeds
 from p2pfl.rounds import Algorithm, RunContext, Runner
 from p2pfl.runtime.checkpoint import load_state
@@ -23,9 +23,10 @@ from p2pfl.runtime.progress import placement_table
 from p2pfl.runtime.runfolder import RunFolder, make_run_dir
 
 
-def build_context(world: World, cfg: RunConfig, announce: bool = True) -> RunContext:
-    """Graph, weights, device, placement, exchange and run folder for a validated config; collective."""
-    n_peers = cfg.peers = resolved_peers(cfg, world.size)
+def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunContext:
+    """Graph, weights, device, placement, exchange and run folder for a resolved run; collective."""
+    cfg = run.cfg
+    n_peers = cfg.peers
 
     def build_graph():
         params = {"p": cfg.p} if cfg.topology == "random" else {}
@@ -54,13 +55,13 @@ def build_context(world: World, cfg: RunConfig, announce: bool = True) -> RunCon
         folder.update_manifest(**base_manifest(
             cfg.to_dict(), world.size, hosts, topologies.describe(graph, W),
             seeds=Seeds(seed=cfg.seed, streams="numpy/torch streams keyed by (seed, peer, purpose); "
-                                                "see p2pfl.seeding")))
+                                                "see p2pfl.seeding")), method_defaults=cfg.method_defaults())
         if announce:
             print(f"p2pfl: {cfg.algorithm} on {cfg.topology}, {n_peers} peers on {world.size} rank(s); "
                   f"run folder {run_dir}", flush=True)
             print(placement_table(hosts), flush=True)
     return RunContext(cfg=cfg, world=world, graph=graph, W=np.asarray(W), placement=placement,
-                      exchange=exchange, device=device, run_dir=run_dir, folder=folder)
+                      exchange=exchange, device=device, run_dir=run_dir, folder=folder, spec=run.spec)
 
 
 def build_algorithm(ctx: RunContext) -> Algorithm:
@@ -71,18 +72,17 @@ def build_algorithm(ctx: RunContext) -> Algorithm:
 
 
 def _run(world: World, argv: Sequence[str] | None) -> int:
-    def parse():
+    def parse() -> tuple[ResolvedRun, bool]:
         cfg, print_only = parse_args(argv)
-        validate(cfg, world_size=world.size)
-        return cfg, print_only
+        return resolve(cfg, world.size), print_only
 
-    cfg, print_only = agree(world, parse)
+    run, print_only = agree(world, parse)
     if print_only:
-        cfg.peers = resolved_peers(cfg, world.size)
         if world.is_root:
-            print(to_yaml(cfg), end="")
+            print(to_yaml(run.cfg), end="")
         return 0
-    ctx = build_context(world, cfg)
+    ctx = build_context(world, run)
+    cfg = run.cfg
     algorithm = build_algorithm(ctx)
     runner = Runner(ctx, algorithm)
     if cfg.resume is not None:

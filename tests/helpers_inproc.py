@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from p2pfl.comm.world import World
-from p2pfl.config import make_config, validate
+from p2pfl.config import make_config, resolve
 from p2pfl.rounds import Algorithm
 from p2pfl.run import build_algorithm, build_context
 
@@ -25,5 +25,4 @@ def setup_algorithm(out: Path, **options) -> Algorithm:
     """The set-up algorithm of `options` (RunConfig fields over DEFAULTS), its run folder under `out`; its
     context is `.ctx`."""
     cfg = make_config(**{**DEFAULTS, "out": str(out), **options})
-    validate(cfg, world_size=world().size)
-    return build_algorithm(build_context(world(), cfg, announce=False))
+    return build_algorithm(build_context(world(), resolve(cfg, world().size), announce=False))

@@ -32,7 +32,7 @@ def test_fedavg_round_is_the_central_average(tmp_path: Path, weight_by_data: boo
 
 
 def test_fedprox_term_and_gradient(tmp_path: Path) -> None:
-    assert make_algorithm(tmp_path, "fedprox").mu == 0.01  # its own default, not MOON's 5
+    assert make_algorithm(tmp_path, "fedprox").cfg.mu == 0.01  # its own default, not MOON's 5
     mu = 0.7
     algo = make_algorithm(tmp_path, "fedprox", mu=mu)
     x, y = a_batch(algo, 0)

@@ -1,10 +1,16 @@
-"""Bad input: one clear line on rank 0, a non-zero exit from every rank, no traceback, before any training."""
+"""The configuration: bad input (one clear line on rank 0, a non-zero exit from every rank, no traceback,
+before any training), allowed values from their owners, the methods' own defaults, one frozen resolution."""
 from __future__ import annotations
+
+import dataclasses
+import json
 
 import pytest
 
-from conftest import run_job
-from p2pfl.config import ConfigError, make_config, parse_args, validate
+from conftest import ROOT, run_job
+from helpers_inproc import world
+from p2pfl.config import ConfigError, make_config, parse_args, resolve
+from p2pfl.run import build_context, main
 
 BAD = [
     (["--topology", "moebius"], "--topology: unknown value 'moebius'"),
@@ -17,6 +23,7 @@ BAD = [
     (["--mixing", "magic"], "--mixing: unknown value 'magic'"),
     (["--participation", "0"], "--participation: must lie in (0, 1]"),
     (["--topology", "file"], "--graph-file: required with --topology file"),
+    (["--algorithm", "scaffold", "--optimizer", "adam"], "--optimizer: scaffold allows only sgd, got 'adam'"),
 ]
 
 
@@ -44,7 +51,7 @@ def test_cli_overrides_yaml(tmp_path) -> None:
 
 def test_fewer_peers_than_ranks() -> None:
     with pytest.raises(ConfigError, match="3 peers cannot fill 4 MPI ranks"):
-        validate(make_config(peers=3), world_size=4)
+        resolve(make_config(peers=3), 4)
 
 
 def test_print_config_round_trips(tmp_path) -> None:
@@ -57,11 +64,12 @@ def test_print_config_round_trips(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("ranks", [0, 2])
-def test_bad_input_one_line_nonzero_exit_every_rank(ranks: int, runs_dir) -> None:
-    proc = run_job(["-m", "p2pfl.run", "--topology", "moebius", "--out", str(runs_dir)], ranks=ranks)
+@pytest.mark.parametrize("argv,message", [BAD[0], BAD[-1]], ids=["topology", "scaffold-adam"])
+def test_bad_input_one_line_nonzero_exit_every_rank(ranks: int, argv: list[str], message: str, runs_dir) -> None:
+    proc = run_job(["-m", "p2pfl.run", *argv, "--out", str(runs_dir)], ranks=ranks)
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert lines == ["p2pfl: error: --topology: unknown value 'moebius'; allowed: " + lines[0].split("allowed: ")[1]]
+    assert len(lines) == 1 and lines[0].startswith("p2pfl: error: " + message)
     assert "Traceback" not in proc.stderr
     assert not any(runs_dir.iterdir())  # nothing started
 
@@ -72,3 +80,118 @@ def test_peers_fewer_than_ranks_under_mpirun(runs_dir) -> None:
     assert proc.returncode != 0
     assert proc.stderr.count("p2pfl: error: --peers: 2 peers cannot fill 4 MPI ranks") == 1
     assert "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------- method defaults
+
+MOON_RECIPE = {"optimizer": "sgd", "lr": 0.01, "momentum": 0.9, "weight_decay": 1e-5, "batch_size": 64}
+
+
+def _recipe(cfg) -> dict:
+    return {k: getattr(cfg, k) for k in MOON_RECIPE}
+
+
+@pytest.mark.parametrize("algorithm,mu", [("moon", 5.0), ("fedprox", 0.01), ("fedavg", 0.0), ("scaffold", 0.0),
+                                          ("solo", 0.0)])
+def test_moon_family_takes_its_papers_recipe(algorithm: str, mu: float) -> None:
+    cfg = make_config(algorithm=algorithm)
+    assert _recipe(cfg) == MOON_RECIPE and cfg.mu == mu
+    assert set(MOON_RECIPE) <= set(cfg.from_method)
+
+
+def test_other_methods_keep_the_project_defaults() -> None:
+    cfg = make_config(algorithm="dec-ssl")
+    assert (cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.batch_size, cfg.mu) == ("adam", 1e-3, 0.0, 128, 0.0)
+    assert cfg.from_method == ()
+
+
+def test_explicit_values_win_on_the_command_line() -> None:
+    cfg, _ = parse_args(["--algorithm", "moon", "--lr", "0.1", "--mu", "0", "--weight-decay", "1e-5"])
+    assert (cfg.lr, cfg.mu, cfg.weight_decay, cfg.optimizer) == (0.1, 0.0, 1e-5, "sgd")
+    assert {"lr", "mu", "weight_decay"}.isdisjoint(cfg.from_method) and "optimizer" in cfg.from_method
+
+
+def test_explicit_values_win_in_yaml_and_make_config(tmp_path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("algorithm: fedprox\noptimizer: adam\nbatch-size: 32\n")
+    cfg, _ = parse_args(["--config", str(path), "--batch-size", "16"])
+    assert (cfg.optimizer, cfg.batch_size, cfg.lr, cfg.mu) == ("adam", 16, 0.01, 0.01)
+    assert make_config(algorithm="moon", temperature=0.1).temperature == 0.1
+
+
+def test_scaffold_needs_sgd_from_yaml_too(tmp_path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("optimizer: adamw\n")
+    with pytest.raises(ConfigError, match="^--optimizer: scaffold allows only sgd, got 'adamw'$"):
+        parse_args(["--config", str(path), "--algorithm", "scaffold"])
+
+
+def test_print_config_shows_the_methods_defaults(tmp_path, capsys) -> None:
+    assert main(["--print-config", "--algorithm", "fedprox", "--lr", "0.05"]) == 0
+    text = capsys.readouterr().out
+    assert "optimizer: sgd  # fedprox's default" in text and "mu: 0.01  # fedprox's default" in text
+    assert "lr: 0.05\n" in text and "peers: 20\n" in text
+    path = tmp_path / "resolved.yaml"
+    path.write_text(text)
+    cfg, _ = parse_args(["--config", str(path)])  # every option explicit now
+    assert (cfg.optimizer, cfg.lr, cfg.mu, cfg.from_method) == ("sgd", 0.05, 0.01, ())
+
+
+def test_config_yaml_and_manifest_record_the_methods_defaults(tmp_path) -> None:
+    cfg = make_config(algorithm="moon", dataset="synthetic", peers=4, lr=0.02, out=str(tmp_path), name="run")
+    build_context(world(), resolve(cfg, world().size), announce=False)
+    run_dir = tmp_path / "run"
+    saved, _ = parse_args(["--config", str(run_dir / "config.yaml")])
+    assert _recipe(saved) == {**MOON_RECIPE, "lr": 0.02} and (saved.mu, saved.temperature) == (5.0, 0.5)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["method_defaults"] == {"optimizer": "sgd", "momentum": 0.9, "weight_decay": 1e-5,
+                                           "batch_size": 64, "mu": 5.0, "temperature": 0.5}
+
+
+# ---------------------------------------------------------------------------------------------- owners, resolution
+
+def test_allowed_values_come_from_their_owners(monkeypatch) -> None:
+    from p2pfl import optim
+    from topologies.mixing import KINDS, register_mixing
+
+    with pytest.raises(ConfigError, match="--mixing: unknown value 'lazy'"):
+        make_config(mixing="lazy")
+    register_mixing("lazy")(lambda a: a)
+    try:
+        assert make_config(mixing="lazy").mixing == "lazy"
+    finally:
+        del KINDS["lazy"]
+    monkeypatch.setitem(optim.SCHEDULES, "step", lambda lr, round, rounds: lr)
+    assert make_config(schedule="step").schedule == "step"
+    with pytest.raises(ConfigError, match="allowed: iid, dirichlet, skew, one-class$"):
+        make_config(partition="shards")
+
+
+def test_configuration_is_frozen() -> None:
+    cfg = make_config(peers=4)
+    run = resolve(cfg, 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.rounds = 3  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.cfg.peers = 5  # type: ignore[misc]
+    assert (cfg.peers, run.cfg.peers) == (4, 4)
+
+
+def test_peers_come_from_the_world_then_the_spec() -> None:
+    assert resolve(make_config(), 1).cfg.peers == 20
+    assert resolve(make_config(), 3).cfg.peers == 3
+    run = resolve(make_config(peers_spec=str(ROOT / "tests" / "golden" / "spec.yaml")), 1)
+    assert run.cfg.peers == run.spec.n_peers == 4
+
+
+def test_peers_spec_is_read_once_per_run(tmp_path, monkeypatch) -> None:
+    import p2pfl.peerspec as peerspec
+
+    reads = []
+    read = peerspec.read_spec_file
+    monkeypatch.setattr(peerspec, "read_spec_file", lambda path: reads.append(path) or read(path))
+    spec = str(ROOT / "tests" / "golden" / "spec.yaml")
+    assert main(["--algorithm", "fedmuscle", "--peers-spec", spec, "--dataset", "synthetic", "--rounds", "0",
+                 "--train-subset", "128", "--public-size", "100", "--public-batch", "8", "--rep-dim", "16",
+                 "--threads", "1", "--device", "cpu", "--no-progress", "--no-plots", "--out", str(tmp_path)]) == 0
+    assert reads == [spec]

@@ -82,7 +82,7 @@ def _reference_loss(algo, peer: int, x: torch.Tensor, y: torch.Tensor) -> float:
     pos = torch.exp(cos(z, z_glob) / tau)
     neg = sum(torch.exp(cos(z, zp) / tau) for zp in z_prev)
     con = (-torch.log(pos / (pos + neg))).mean()
-    return float((ce + algo.mu * con).detach())
+    return float((ce + algo.cfg.mu * con).detach())
 
 
 def test_round_one_is_plain_cross_entropy(tmp_path: Path) -> None:
@@ -159,8 +159,8 @@ def test_pool_only_moves_when_the_peer_trains(tmp_path: Path) -> None:
 
 
 def test_default_and_explicit_mu(tmp_path: Path) -> None:
-    assert make_algorithm(tmp_path, "moon").mu == 5.0
-    assert make_algorithm(tmp_path, "moon", mu=1.0).mu == 1.0
+    assert make_algorithm(tmp_path, "moon").cfg.mu == 5.0
+    assert make_algorithm(tmp_path, "moon", mu=1.0).cfg.mu == 1.0
 
 
 RUN = ["--algorithm", "moon", "--dataset", "synthetic", "--peers", "4", "--topology", "complete",
@@ -199,7 +199,8 @@ def test_run_under_mpirun_writes_all_files_and_matches_one_process(tmp_path: Pat
     assert list((run_dir / "plots").glob("*.png"))
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert [h["peers"] for h in manifest["hosts"]] == [[0, 1], [2, 3]]
-    assert manifest["moon"] == {"mu": 5.0}
+    assert manifest["config"]["mu"] == 5.0  # RUN leaves mu, momentum, weight decay and tau to MOON's defaults
+    assert manifest["method_defaults"] == {"momentum": 0.9, "weight_decay": 1e-5, "mu": 5.0, "temperature": 0.5}
     summary = json.loads((run_dir / "summary.json").read_text())
     assert 0.0 <= summary["final"]["test_acc_avg"] <= 1.0
     assert set(next(r for r in records(run_dir) if r["type"] == "eval")["per_peer"]) == {"0", "1", "2", "3"}

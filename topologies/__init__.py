@@ -11,7 +11,7 @@ from topologies import from_file, generators  # noqa: F401  (register the builti
 from topologies.base import TopologyError, build, names, register, registry
 from topologies.from_file import read_graph
 from topologies.mixing import KINDS as MIXING_KINDS
-from topologies.mixing import mixing_matrix
+from topologies.mixing import mixing_matrix, register_mixing
 from topologies.plot import draw
 from topologies.stats import describe, statistics
 
@@ -25,6 +25,7 @@ __all__ = [
     "names",
     "read_graph",
     "register",
+    "register_mixing",
     "registry",
     "statistics",
 ]

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import networkx as nx
 
 Generator = Callable[..., nx.Graph]
+T = TypeVar("T")
 
 registry: dict[str, Generator] = {}
 
@@ -21,17 +22,24 @@ def canonical(name: str) -> str:
     return name.strip().lower().replace("_", "-")
 
 
-def register(name: str) -> Callable[[Generator], Generator]:
-    """Decorator adding ``fn(n, seed, **params) -> nx.Graph`` to the registry under ``name``."""
+def registrar(table: dict[str, T], what: str) -> Callable[[str], Callable[[T], T]]:
+    """A decorator factory adding entries to ``table`` under their canonical names (twice is an error)."""
 
-    def deco(fn: Generator) -> Generator:
-        key = canonical(name)
-        if key in registry:
-            raise TopologyError(f"topology {key!r} is already registered")
-        registry[key] = fn
-        return fn
+    def register(name: str) -> Callable[[T], T]:
+        def deco(fn: T) -> T:
+            key = canonical(name)
+            if key in table:
+                raise TopologyError(f"{what} {key!r} is already registered")
+            table[key] = fn
+            return fn
 
-    return deco
+        return deco
+
+    return register
+
+
+#: Decorator adding ``fn(n, seed, **params) -> nx.Graph`` to the registry under a name.
+register = registrar(registry, "topology")
 
 
 def names() -> list[str]:

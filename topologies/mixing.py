@@ -1,12 +1,21 @@
 """Mixing matrices W (SPEC §1): W_ij > 0 only for j in N(i) ∪ {i}, every row sums to 1."""
 from __future__ import annotations
 
+from typing import Callable
+
 import networkx as nx
 import numpy as np
 
-from topologies.base import TopologyError, canonical
+from topologies.base import TopologyError, canonical, registrar
 
-KINDS = ("metropolis", "uniform", "max-degree")
+Weights = Callable[[np.ndarray], np.ndarray]
+
+#: mixing kind -> W from the K×K 0/1 adjacency matrix; the values --mixing accepts (see `register_mixing`)
+KINDS: dict[str, Weights] = {}
+
+
+#: Decorator adding ``fn(adjacency) -> W`` to the mixing kinds under a name.
+register_mixing = registrar(KINDS, "mixing")
 
 
 def _adjacency(graph: nx.Graph) -> np.ndarray:
@@ -21,23 +30,35 @@ def _adjacency(graph: nx.Graph) -> np.ndarray:
     return a
 
 
-def mixing_matrix(graph: nx.Graph, kind: str = "metropolis") -> np.ndarray:
-    """The K×K float64 gossip matrix of ``graph``: "metropolis" (default), "uniform" or "max-degree".
+def _self_weight(w: np.ndarray) -> np.ndarray:
+    """Put the rest of each row's mass on the diagonal: W_ii = 1 - Σ_j W_ij."""
+    np.fill_diagonal(w, 1.0 - w.sum(axis=1))
+    return w
 
-    metropolis: W_ij = 1/(1+max(deg_i, deg_j)) on edges, symmetric and doubly stochastic (exact average);
-    uniform: W_ij = 1/(deg_i+1) on the closed neighbourhood, row-stochastic only (biased to hubs);
-    max-degree: W_ij = 1/(1+max_k deg_k) on edges, W_ii = 1 - deg_i W.
-    """
+
+@register_mixing("metropolis")
+def metropolis(a: np.ndarray) -> np.ndarray:
+    """W_ij = 1/(1+max(deg_i, deg_j)) on edges: symmetric and doubly stochastic (exact average)."""
+    deg = a.sum(axis=1)
+    return _self_weight(a / (1.0 + np.maximum(deg[:, None], deg[None, :])))
+
+
+@register_mixing("uniform")
+def uniform(a: np.ndarray) -> np.ndarray:
+    """W_ij = 1/(deg_i+1) on the closed neighbourhood: row-stochastic only (biased to hubs)."""
+    deg = a.sum(axis=1)
+    return (a + np.eye(len(deg))) / (deg + 1.0)[:, None]
+
+
+@register_mixing("max-degree")
+def max_degree(a: np.ndarray) -> np.ndarray:
+    """W_ij = 1/(1+max_k deg_k) on edges, W_ii = 1 - deg_i W."""
+    return _self_weight(a / (1.0 + a.sum(axis=1).max()))
+
+
+def mixing_matrix(graph: nx.Graph, kind: str = "metropolis") -> np.ndarray:
+    """The K×K float64 gossip matrix of ``graph`` for a registered mixing kind ("metropolis" by default)."""
     key = canonical(kind)
     if key not in KINDS:
         raise TopologyError(f"unknown mixing {kind!r}; known: {', '.join(KINDS)}")
-    a = _adjacency(graph)
-    deg = a.sum(axis=1)
-    if key == "uniform":
-        return (a + np.eye(len(deg))) / (deg + 1.0)[:, None]
-    if key == "metropolis":
-        w = a / (1.0 + np.maximum(deg[:, None], deg[None, :]))
-    else:
-        w = a / (1.0 + deg.max())
-    np.fill_diagonal(w, 1.0 - w.sum(axis=1))
-    return w
+    return KINDS[key](_adjacency(graph))

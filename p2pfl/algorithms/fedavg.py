@@ -32,6 +32,9 @@ from p2pfl.models import MoonNet, build_encoder
 
 MOON_PROJ_DIM = 256  # MOON's out_dim (the projection width of ModelFedCon), fixed as in the paper
 FEDPROX_MU = 0.01
+#: The MOON paper's local training for every method it compares (SPEC §5, reference notes §A.5).
+MOON_PAPER: dict[str, Any] = {"optimizer": "sgd", "lr": 0.01, "momentum": 0.9, "weight_decay": 1e-5,
+                              "batch_size": 64}
 
 
 def _logits(model: nn.Module):
@@ -43,21 +46,12 @@ class FedAvg(GossipLearner):
     """MOON's network trained with cross-entropy and mixed by gossip of its whole state (BN statistics too)."""
 
     name = "fedavg"
-    default_mu: float | None = None  # methods with a mu-weighted term set their default
-
-    @property
-    def mu(self) -> float:
-        """The weight of the method's extra term: --mu when given, else the method's own default."""
-        if self.cfg.mu is not None:
-            return float(self.cfg.mu)
-        return float(self.default_mu or 0.0)
+    defaults = MOON_PAPER
 
     def setup(self) -> None:
         super().setup()
         # MOON's CIFAR-10 recipe pads by reflection; torchvision's RandomCrop(32, padding=4) (CIFAR-100) by zeros.
         self.padding_mode = "reflect" if self.dataset.name == "cifar10" else "constant"
-        if self.default_mu is not None:
-            self.ctx.record_manifest(**{self.name: {"mu": self.mu}})
 
     def make_model(self) -> nn.Module:
         encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size)
@@ -98,7 +92,7 @@ class FedProx(FedAvg):
     """FedAvg plus the proximal term (mu/2)·Σ‖w − w_start‖² over the trainable parameters (MOON's code)."""
 
     name = "fedprox"
-    default_mu = FEDPROX_MU
+    defaults = {**MOON_PAPER, "mu": FEDPROX_MU}
     record: ClassVar[type[Peer]] = FedProxPeer
 
     def before_local(self, peer: FedProxPeer, round: int) -> None:
@@ -111,10 +105,10 @@ class FedProx(FedAvg):
 
     def loss(self, peer: FedProxPeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         ce = super().loss(peer, x, y)
-        if self.mu == 0.0:
+        if self.cfg.mu == 0.0:
             return ce
         prox = sum((p - p0).pow(2).sum() for p, p0 in zip(self.trainable(peer.model), peer.start))
-        return ce + 0.5 * self.mu * prox
+        return ce + 0.5 * self.cfg.mu * prox
 
 
 @dataclass(eq=False)
@@ -147,6 +141,7 @@ class Scaffold(FedAvg):
 
     name = "scaffold"
     record: ClassVar[type[Peer]] = ScaffoldPeer
+    allowed = {"optimizer": ("sgd",)}  # the correction w -= lr·(c − c_i) is a plain SGD step (docstring above)
 
     def init_peer(self, peer: ScaffoldPeer) -> None:
         super().init_peer(peer)

@@ -112,12 +112,13 @@ class FedMuscle(LocalTrainer):
 
     # ------------------------------------------------------------------ set-up
     def load_spec(self) -> PeersSpec:
+        """The run's --peers-spec (read once, when the run was resolved), else every peer on --model/--dataset."""
         cfg = self.cfg
         if cfg.peers_spec is None:
             opts = {"lora_rank": cfg.lora_rank} if cfg.model.startswith("hf:") else {}
             return uniform_spec(self.ctx.n_peers, cfg.model, cfg.dataset, cfg.public_size, opts)
-        return load_peers_spec(cfg.peers_spec, default_dataset=cfg.dataset, public_size=cfg.public_size,
-                               n_peers=self.ctx.n_peers)
+        assert self.ctx.spec is not None, "a run with --peers-spec carries its spec (p2pfl.config.resolve)"
+        return self.ctx.spec
 
     def load_data(self) -> None:
         self.work = load_multitask_workload(self.load_spec(), self.cfg, self.ctx.world, self.ctx.local_peers,

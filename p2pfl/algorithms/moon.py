@@ -23,12 +23,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from p2pfl.algorithms.fedavg import FedAvg
+from p2pfl.algorithms.fedavg import MOON_PAPER, FedAvg
 from p2pfl.algorithms.gossip_learner import GossipPeer
 from p2pfl.algorithms.peer import ModelPool, Peer, derived
 from p2pfl.losses import moon_contrastive
 
 MOON_MU = 5.0
+MOON_TAU = 0.5
 
 
 @dataclass(eq=False)
@@ -45,7 +46,7 @@ class Moon(FedAvg):
     """Model-contrastive federated learning on a peer graph."""
 
     name = "moon"
-    default_mu = MOON_MU
+    defaults = {**MOON_PAPER, "mu": MOON_MU, "temperature": MOON_TAU}
     record: ClassVar[type[Peer]] = MoonPeer
 
     def init_peer(self, peer: MoonPeer) -> None:
@@ -80,7 +81,7 @@ class Moon(FedAvg):
             return ce
         if peer.con is not None:
             peer.con += con.detach()
-        return ce + self.mu * con
+        return ce + self.cfg.mu * con
 
     def contrastive(self, peer: MoonPeer, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor | None:
         """ℓ_con of the batch for representation z (None before the peer's first local training)."""

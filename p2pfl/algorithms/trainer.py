@@ -8,12 +8,12 @@ local loop. Checkpoints of the records are generic (`p2pfl.runtime.checkpoint`).
 """
 from __future__ import annotations
 
-import math
 from typing import ClassVar
 
 import torch
 from torch import nn
 
+from p2pfl import optim
 from p2pfl.algorithms.peer import Peer
 from p2pfl.data import PeerData
 from p2pfl.rounds import Algorithm, RunContext
@@ -79,18 +79,12 @@ class LocalTrainer(Algorithm):
         return [p for p in model.parameters() if p.requires_grad]
 
     def lr_at(self, round: int) -> float:
-        if self.cfg.schedule == "cosine" and self.cfg.rounds > 1:
-            return self.cfg.lr * 0.5 * (1 + math.cos(math.pi * (round - 1) / self.cfg.rounds))
-        return self.cfg.lr
+        """The learning rate of `round` under --schedule."""
+        return optim.lr_at(self.cfg, round)
 
     def make_optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
-        """A fresh optimiser of the configured kind over `params`."""
-        cfg = self.cfg
-        if cfg.optimizer == "sgd":
-            return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-        if cfg.optimizer == "adamw":
-            return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        """A fresh --optimizer over `params`."""
+        return optim.make_optimizer(params, self.cfg)
 
     def for_round(self, opt: torch.optim.Optimizer, round: int) -> torch.optim.Optimizer:
         """`opt` ready for `round`: its state reset (as new) unless --keep-optimizer, its learning rate set."""

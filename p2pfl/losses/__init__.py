@@ -1,5 +1,6 @@
 """Losses of p2pfl: SimCLR NT-Xent (Dec-SSL), MOON's model-contrastive term, and the FedMuscle family
-(the exact Muscle loss, pairwise InfoNCE, GRAM)."""
+(the exact Muscle loss, pairwise InfoNCE, GRAM) and its registry of alignment losses by name."""
+from .align import ALIGN_LOSSES, GRAM_LABEL_SMOOTHING, align_loss
 from .gram import GRAM_DEFAULT_TAU, gram_loss, gram_volumes
 from .infonce import infonce, pairwise_infonce
 from .moon import moon_contrastive
@@ -13,6 +14,9 @@ from .muscle import (
 from .simclr import nt_xent
 
 __all__ = [
+    "ALIGN_LOSSES",
+    "GRAM_LABEL_SMOOTHING",
+    "align_loss",
     "nt_xent",
     "moon_contrastive",
     "infonce",

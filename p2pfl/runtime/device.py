@@ -5,6 +5,9 @@ import torch
 
 from p2pfl.config import ConfigError
 
+#: The values --device accepts.
+DEVICES = ("auto", "cpu", "cuda")
+
 
 def select_device(requested: str, local_rank: int) -> torch.device:
     """The device this rank's peers live on."""

@@ -1,0 +1,47 @@
+"""Local optimisers and learning-rate schedules by name: the registries are the values `--optimizer` and
+`--schedule` accept, so adding one here makes it a valid option."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Callable, Iterable
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from p2pfl.config import RunConfig
+
+#: (parameters, config) -> a fresh optimiser at the configured learning rate
+OptimizerFactory = Callable[[Iterable[nn.Parameter], "RunConfig"], torch.optim.Optimizer]
+#: (base learning rate, round, rounds) -> the learning rate of that round (rounds count from 1)
+Schedule = Callable[[float, int, int], float]
+
+OPTIMIZERS: dict[str, OptimizerFactory] = {
+    "adam": lambda params, cfg: torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay),
+    "sgd": lambda params, cfg: torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
+                                               weight_decay=cfg.weight_decay),
+    "adamw": lambda params, cfg: torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay),
+}
+
+
+def _cosine(lr: float, round: int, rounds: int) -> float:
+    """Half a cosine from lr in round 1 towards 0 after the last round (constant for a single round)."""
+    if rounds > 1:
+        return lr * 0.5 * (1 + math.cos(math.pi * (round - 1) / rounds))
+    return lr
+
+
+SCHEDULES: dict[str, Schedule] = {
+    "constant": lambda lr, round, rounds: lr,
+    "cosine": _cosine,
+}
+
+
+def make_optimizer(params: Iterable[nn.Parameter], cfg: RunConfig) -> torch.optim.Optimizer:
+    """A fresh `--optimizer` over `params` (lr, momentum and weight decay from the configuration)."""
+    return OPTIMIZERS[cfg.optimizer](params, cfg)
+
+
+def lr_at(cfg: RunConfig, round: int) -> float:
+    """The learning rate of `round` under `--schedule`."""
+    return SCHEDULES[cfg.schedule](cfg.lr, round, cfg.rounds)
