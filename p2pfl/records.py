@@ -260,10 +260,6 @@ class ModelInfo(TypedDict):
     mixed_per_message: int
 
 
-class MuSetting(TypedDict):
-    mu: float
-
-
 class PeerSpecEntry(TypedDict):
     """One peer of a --peers-spec (PeerSpec.manifest)."""
 
@@ -321,6 +317,7 @@ class BaseManifest(TypedDict):
     seeds: Seeds
     hosts: list[Host]
     topology: TopologyRecord
+    method_defaults: dict[str, Any]  # the options that took the method's paper default (option: value)
 
 
 class Manifest(BaseManifest, total=False):
@@ -329,8 +326,6 @@ class Manifest(BaseManifest, total=False):
     partition: DataPartition | TaskGroupPartition  # methods that train on partitioned data
     dataset: DatasetInfo  # learners
     model: ModelInfo  # learners
-    fedprox: MuSetting
-    moon: MuSetting
     peers_spec: list[PeerSpecEntry]  # fedmuscle, local --peers-spec
     models: list[ModelEntry]  # fedmuscle, local --peers-spec
     public: PublicData  # fedmuscle, local --peers-spec

@@ -55,7 +55,7 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
         folder.update_manifest(**base_manifest(
             cfg.to_dict(), world.size, hosts, topologies.describe(graph, W),
             seeds=Seeds(seed=cfg.seed, streams="numpy/torch streams keyed by (seed, peer, purpose); "
-                                                "see p2pfl.seeding")), method_defaults=cfg.method_defaults())
+                                                "see p2pfl.seeding"), method_defaults=cfg.method_defaults()))
         if announce:
             print(f"p2pfl: {cfg.algorithm} on {cfg.topology}, {n_peers} peers on {world.size} rank(s); "
                   f"run folder {run_dir}", flush=True)

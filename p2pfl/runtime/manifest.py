@@ -50,7 +50,8 @@ def git_commit() -> str | None:
 
 
 def base_manifest(cfg_dict: dict[str, Any], world_size: int, hosts: list[Host], topology: TopologyRecord,
-                  seeds: Seeds) -> BaseManifest:
+                  seeds: Seeds, method_defaults: dict[str, Any]) -> BaseManifest:
     """The manifest every run writes at start; the method adds its entries later (RunContext.record_manifest)."""
     return BaseManifest(command=sys.argv, world_size=world_size, config=cfg_dict, versions=versions(),
-                        git_commit=git_commit(), seeds=seeds, hosts=hosts, topology=topology)
+                        git_commit=git_commit(), seeds=seeds, hosts=hosts, topology=topology,
+                        method_defaults=method_defaults)
