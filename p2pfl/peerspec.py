@@ -202,6 +202,107 @@ def dataset_classes(dataset: str, options: dict | None = None) -> int:
     return NUM_CLASSES[dataset]
 
 
+def _labels(labels: Any, task: str, dataset: str, n_classes: int, source: str, where: str
+            ) -> tuple[int, ...] | None:
+    """A group's label set, checked against its dataset's classes (None: every class)."""
+    if labels is None:
+        return None
+    if not isinstance(labels, list) or not labels or not all(
+            isinstance(c, int) and not isinstance(c, bool) for c in labels):
+        raise _fail(source, where, f"labels must be a non-empty list of class indices, got {labels!r}")
+    if len(set(labels)) != len(labels):
+        raise _fail(source, where, f"labels repeat a class: {labels}")
+    if min(labels) < 0 or max(labels) >= n_classes:
+        raise _fail(source, where, f"labels must lie in 0..{n_classes - 1} for dataset {dataset!r}, "
+                                   f"got {labels}")
+    if task in CLASSIFICATION_TASKS and len(labels) < 2:
+        raise _fail(source, where, "a classification task needs at least 2 labels")
+    return tuple(int(c) for c in labels)
+
+
+def _group(group: Any, next_peer: int, source: str, where: str, default_dataset: str
+           ) -> tuple[list[int], dict[str, Any]]:
+    """One group of the spec, checked: its peer ids and the fields of their entries."""
+    if not isinstance(group, dict):
+        raise _fail(source, where, f"must be a mapping, got {group!r}")
+    group = {str(k).replace("-", "_"): v for k, v in group.items()}
+    bad = [k for k in group if k not in _GROUP_KEYS]
+    if bad:
+        raise _fail(source, where, f"unknown key {bad[0]!r}; allowed: {', '.join(_GROUP_KEYS)}")
+    if ("peers" in group) == ("count" in group):
+        raise _fail(source, where, "give exactly one of 'peers' (ids or ranges) and 'count'")
+    if "count" in group:
+        count = group["count"]
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise _fail(source, where, f"count must be a positive integer, got {count!r}")
+        ids = list(range(next_peer, next_peer + count))
+    else:
+        ids = _peer_ids(group["peers"], source, where)
+        if not ids:
+            raise _fail(source, where, "peers: no peer named")
+    for key in ("model", "task"):
+        if key not in group or group[key] in (None, ""):
+            raise _fail(source, where, f"'{key}' is required")
+    model = str(group["model"])
+    task = str(group["task"]).strip().lower().replace("_", "-")
+    if task not in TASK_DATASET:
+        raise _fail(source, where, f"unknown task {group['task']!r}; allowed: {', '.join(TASKS)}")
+    dataset_options = _mapping(group.get("dataset_options"), source, where, "dataset_options")
+    ds_name = group.get("dataset") or TASK_DATASET[task] or default_dataset
+    dataset = _dataset(ds_name, dataset_options, source, where)
+    if task in ("cifar10", "fashion-mnist", "cifar100") and dataset not in (task, "synthetic"):
+        raise _fail(source, where, f"task {task!r} reads dataset {task!r} (or synthetic), not {dataset!r}")
+    if task == "cifar10-coarse" and dataset not in COARSE_DATASETS:
+        raise _fail(source, where, f"task 'cifar10-coarse' needs a 10-class CIFAR-like dataset "
+                                   f"({', '.join(COARSE_DATASETS)}), not {dataset!r}")
+    n_classes = dataset_classes(dataset, dataset_options)
+    if task == "cifar10-coarse" and n_classes != 10:
+        raise _fail(source, where, f"task 'cifar10-coarse' needs 10 classes, the dataset has {n_classes}")
+    labels = _labels(group.get("labels"), task, dataset, n_classes, source, where)
+    model_options = _mapping(group.get("model_options"), source, where, "model_options")
+    return ids, dict(model=model, task=task, dataset=dataset, model_options=model_options,
+                     dataset_options=dataset_options, labels=labels)
+
+
+def _peer_count(data: dict, entries: dict[int, PeerEntry], n_peers: int | None, source: str) -> int:
+    """K: the spec's `peers`, else one past the highest peer named; every peer 0..K-1 has exactly one group."""
+    total = data.get("peers")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 2):
+        raise _fail(source, "peers", f"must be an integer >= 2, got {total!r}")
+    k = total if total is not None else max(entries) + 1
+    if n_peers is not None and n_peers != k:
+        raise _fail(source, "", f"assigns {k} peers but the run has --peers {n_peers}")
+    beyond = sorted(p for p in entries if p >= k)
+    if beyond:
+        raise _fail(source, "", f"peer {beyond[0]} is beyond the {k} peers of the run")
+    missing = [p for p in range(k) if p not in entries]
+    if missing:
+        raise _fail(source, "", f"peer(s) {missing[:10]} have no group (every peer 0..{k - 1} needs one)")
+    if k < 2:
+        raise _fail(source, "", f"needs at least 2 peers, got {k}")
+    return k
+
+
+def _public(data: dict, entries: dict[int, PeerEntry], public_size: int | float, source: str
+            ) -> tuple[str, int | float, dict]:
+    """The public set: (dataset, size, dataset options)."""
+    public = _mapping(data.get("public"), source, "public", "public")
+    bad = [k_ for k_ in public if k_ not in _PUBLIC_KEYS]
+    if bad:
+        raise _fail(source, "public", f"unknown key {bad[0]!r}; allowed: {', '.join(_PUBLIC_KEYS)}")
+    public_options = _mapping(public.get("options"), source, "public", "options")
+    all_synthetic = all(e.dataset == "synthetic" for e in entries.values())
+    public_dataset = _dataset(public.get("dataset") or ("synthetic" if all_synthetic else "cifar10"),
+                              public_options, source, "public")
+    size = public.get("size", public_size)
+    if isinstance(size, bool) or not isinstance(size, (int, float)) or size <= 0 or (
+            isinstance(size, float) and size >= 1 and not size.is_integer()):
+        raise _fail(source, "public", f"size must be a count >= 1 or a fraction in (0, 1), got {size!r}")
+    if isinstance(size, float) and size >= 1:
+        size = int(size)
+    return public_dataset, size, public_options
+
+
 def parse_peers_spec(data: Any, source: str = "<spec>", *, default_dataset: str = "cifar10",
                      public_size: int | float = 5000, n_peers: int | None = None) -> PeersSpec:
     """Check and expand a loaded peers spec. ``default_dataset`` serves tasks without a dataset of their
@@ -220,90 +321,14 @@ def parse_peers_spec(data: Any, source: str = "<spec>", *, default_dataset: str 
     next_peer = 0
     for g, group in enumerate(groups):
         where = f"group {g}"
-        if not isinstance(group, dict):
-            raise _fail(source, where, f"must be a mapping, got {group!r}")
-        group = {str(k).replace("-", "_"): v for k, v in group.items()}
-        bad = [k for k in group if k not in _GROUP_KEYS]
-        if bad:
-            raise _fail(source, where, f"unknown key {bad[0]!r}; allowed: {', '.join(_GROUP_KEYS)}")
-        if ("peers" in group) == ("count" in group):
-            raise _fail(source, where, "give exactly one of 'peers' (ids or ranges) and 'count'")
-        if "count" in group:
-            count = group["count"]
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                raise _fail(source, where, f"count must be a positive integer, got {count!r}")
-            ids = list(range(next_peer, next_peer + count))
-        else:
-            ids = _peer_ids(group["peers"], source, where)
-            if not ids:
-                raise _fail(source, where, "peers: no peer named")
-        for key in ("model", "task"):
-            if key not in group or group[key] in (None, ""):
-                raise _fail(source, where, f"'{key}' is required")
-        model = str(group["model"])
-        task = str(group["task"]).strip().lower().replace("_", "-")
-        if task not in TASK_DATASET:
-            raise _fail(source, where, f"unknown task {group['task']!r}; allowed: {', '.join(TASKS)}")
-        dataset_options = _mapping(group.get("dataset_options"), source, where, "dataset_options")
-        ds_name = group.get("dataset") or TASK_DATASET[task] or default_dataset
-        dataset = _dataset(ds_name, dataset_options, source, where)
-        if task in ("cifar10", "fashion-mnist", "cifar100") and dataset not in (task, "synthetic"):
-            raise _fail(source, where, f"task {task!r} reads dataset {task!r} (or synthetic), not {dataset!r}")
-        if task == "cifar10-coarse" and dataset not in COARSE_DATASETS:
-            raise _fail(source, where, f"task 'cifar10-coarse' needs a 10-class CIFAR-like dataset "
-                                       f"({', '.join(COARSE_DATASETS)}), not {dataset!r}")
-        n_classes = dataset_classes(dataset, dataset_options)
-        if task == "cifar10-coarse" and n_classes != 10:
-            raise _fail(source, where, f"task 'cifar10-coarse' needs 10 classes, the dataset has {n_classes}")
-        labels = group.get("labels")
-        if labels is not None:
-            if not isinstance(labels, list) or not labels or not all(
-                    isinstance(c, int) and not isinstance(c, bool) for c in labels):
-                raise _fail(source, where, f"labels must be a non-empty list of class indices, got {labels!r}")
-            if len(set(labels)) != len(labels):
-                raise _fail(source, where, f"labels repeat a class: {labels}")
-            if min(labels) < 0 or max(labels) >= n_classes:
-                raise _fail(source, where, f"labels must lie in 0..{n_classes - 1} for dataset {dataset!r}, "
-                                           f"got {labels}")
-            if task in CLASSIFICATION_TASKS and len(labels) < 2:
-                raise _fail(source, where, "a classification task needs at least 2 labels")
-            labels = tuple(int(c) for c in labels)
-        model_options = _mapping(group.get("model_options"), source, where, "model_options")
+        ids, fields_ = _group(group, next_peer, source, where, default_dataset)
         for p in ids:
             if p in entries:
                 raise _fail(source, where, f"peer {p} is already assigned by group {entries[p].group}")
-            entries[p] = PeerEntry(peer=p, group=g, model=model, task=task, dataset=dataset,
-                                   model_options=model_options, dataset_options=dataset_options, labels=labels)
+            entries[p] = PeerEntry(peer=p, group=g, **fields_)
         next_peer = max(next_peer, max(ids) + 1)
-    total = data.get("peers")
-    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 2):
-        raise _fail(source, "peers", f"must be an integer >= 2, got {total!r}")
-    k = total if total is not None else max(entries) + 1
-    if n_peers is not None and n_peers != k:
-        raise _fail(source, "", f"assigns {k} peers but the run has --peers {n_peers}")
-    beyond = sorted(p for p in entries if p >= k)
-    if beyond:
-        raise _fail(source, "", f"peer {beyond[0]} is beyond the {k} peers of the run")
-    missing = [p for p in range(k) if p not in entries]
-    if missing:
-        raise _fail(source, "", f"peer(s) {missing[:10]} have no group (every peer 0..{k - 1} needs one)")
-    if k < 2:
-        raise _fail(source, "", f"needs at least 2 peers, got {k}")
-
-    public = _mapping(data.get("public"), source, "public", "public")
-    bad = [k_ for k_ in public if k_ not in _PUBLIC_KEYS]
-    if bad:
-        raise _fail(source, "public", f"unknown key {bad[0]!r}; allowed: {', '.join(_PUBLIC_KEYS)}")
-    public_options = _mapping(public.get("options"), source, "public", "options")
-    all_synthetic = all(e.dataset == "synthetic" for e in entries.values())
-    public_dataset = _dataset(public.get("dataset") or ("synthetic" if all_synthetic else "cifar10"),
-                              public_options, source, "public")
-    size = public.get("size", public_size)
-    if isinstance(size, bool) or not isinstance(size, (int, float)) or size <= 0 or (
-            isinstance(size, float) and size >= 1 and not size.is_integer()):
-        raise _fail(source, "public", f"size must be a count >= 1 or a fraction in (0, 1), got {size!r}")
-    if isinstance(size, float) and size >= 1:
-        size = int(size)
+    k = _peer_count(data, entries, n_peers, source)
+    public_dataset, size, public_options = _public(data, entries, public_size, source)
     test_subset = data.get("test_subset")
     if test_subset is not None and (isinstance(test_subset, bool) or not isinstance(test_subset, int)
                                     or test_subset < 1):
