@@ -5,8 +5,8 @@
 - ``delta_percent(method, local)``: FedMuscle's per-peer Δ% against local training (SPEC §6);
 - ``python -m analysis.report RUN_DIR ...``: the markdown comparison report.
 """
-from .plots import plot_run
 from .delta import Delta, delta_percent, lower_is_better
+from .plots import plot_run
 from .runs import Run, RunFolderError, load_run
 
 __all__ = ["Run", "RunFolderError", "load_run", "plot_run", "Delta", "delta_percent", "lower_is_better"]

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import math
-from typing import Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from .runs import is_number
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import io
 import math
 import os
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from pathlib import Path
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg

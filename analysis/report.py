@@ -14,8 +14,8 @@ import argparse
 import math
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from p2pfl.records import TASK_METRIC, TASK_METRIC_NAME
 from p2pfl.runtime.files import write_atomic

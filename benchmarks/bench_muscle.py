@@ -147,7 +147,8 @@ def main() -> None:
                 return "-"
             return f"{row['speedup']:.1f}x ({row['speedup_min']:.1f}x)"
 
-        print(f"{b:>4} {m:>2} {b ** m:>12,} | {cell(exact, 'median_s', '9.4f'):>9} {cell(exact, 'peak_mib', '10.1f'):>10} | "
+        print(f"{b:>4} {m:>2} {b ** m:>12,} | {cell(exact, 'median_s', '9.4f'):>9} "
+              f"{cell(exact, 'peak_mib', '10.1f'):>10} | "
               f"{cell(naive, 'median_s', '9.4f'):>9} {cell(naive, 'peak_mib', '10.1f'):>10} | "
               f"{speedup_cell(row):>17} "
               f"{format(row['rel_diff'], '9.1e') if 'rel_diff' in row else '-':>9}", flush=True)
@@ -175,7 +176,8 @@ def main() -> None:
     load1 = os.getloadavg()
     print(f"load average at the end {load1[0]:.1f} (timings on a shared machine are noisy; rerun when idle)")
     if args.json:
-        out = {"load_average": [load0[0], load1[0]], "benchmark": "muscle_loss", "device": args.device, "torch": torch.__version__,
+        out = {"load_average": [load0[0], load1[0]], "benchmark": "muscle_loss", "device": args.device,
+               "torch": torch.__version__,
                "threads": torch.get_num_threads(), "machine": platform.machine(), "cpus": os.cpu_count(),
                "memory_measure": mem_label, "cases": rows, "targets": targets}
         path = Path(args.json)

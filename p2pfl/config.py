@@ -17,8 +17,9 @@ import dataclasses
 import importlib
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import yaml
 

@@ -7,7 +7,8 @@ are strings. config.yaml, and manifest["config"], are `RunConfig.to_dict()` (p2p
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Literal, Mapping, TypedDict
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, TypedDict
 
 # ------------------------------------------------------------------------------------------------ metrics.jsonl
 

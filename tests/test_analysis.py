@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Callable, Collection
 
 import numpy as np
 import pytest
@@ -16,12 +16,27 @@ from matplotlib.collections import PolyCollection
 
 import topologies
 from analysis import Run, RunFolderError, delta_percent, load_run, lower_is_better, plot_run
-from analysis.plots import (LOSS_PANEL_TITLE, consensus_shares, metric_panels, metrics_figure, second_eigenvalue,
-                            split_metric_name)
+from analysis.plots import (
+    LOSS_PANEL_TITLE,
+    consensus_shares,
+    metric_panels,
+    metrics_figure,
+    second_eigenvalue,
+    split_metric_name,
+)
 from analysis.report import build_report, runs_table
 from p2pfl.config import make_config
-from p2pfl.records import (BaseManifest, DataPartition, Host, PeerSpecEntry, Seeds, eval_record, round_record,
-                           round_start, summary_record)
+from p2pfl.records import (
+    BaseManifest,
+    DataPartition,
+    Host,
+    PeerSpecEntry,
+    Seeds,
+    eval_record,
+    round_record,
+    round_start,
+    summary_record,
+)
 from p2pfl.runtime.runfolder import RunFolder
 
 REPO = Path(__file__).resolve().parents[1]

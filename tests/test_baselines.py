@@ -9,8 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import run_job
 from p2pfl.runtime.checkpoint import record_state, restore_record
+
+from conftest import run_job
 from test_moon import _comparable, a_batch, make_algorithm, one_round, records, run_inprocess, state_vector
 
 
@@ -79,7 +80,8 @@ def test_scaffold_local_steps_by_hand(tmp_path: Path, momentum: float, weight_de
     saved = copy.deepcopy(record_state(algo.peers[peer]))
     algo.local_update(peer, 2)
     stepped = [p.detach().clone() for p in algo.trainable(algo.peers[peer].model)]
-    restore_record(algo.peers[peer], device=algo.ctx.device, state=copy.deepcopy(saved))  # same weights, control variates, batches, augmentation
+    # the same weights, control variates, batches and augmentation as before the step
+    restore_record(algo.peers[peer], copy.deepcopy(saved), algo.ctx.device)
     params = algo.trainable(algo.peers[peer].model)
     correction = [d.view_as(p) for d, p in
                   zip((algo.peers[peer].c_mix - algo.peers[peer].c_local).split([p.numel() for p in params]), params)]

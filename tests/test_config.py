@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from conftest import ROOT, run_job
-from helpers_inproc import world
 from p2pfl.config import ConfigError, make_config, parse_args, resolve
 from p2pfl.run import build_context, main
+
+from conftest import ROOT, run_job
+from helpers_inproc import world
 
 BAD = [
     (["--topology", "moebius"], "--topology: unknown value 'moebius'"),

@@ -78,8 +78,8 @@ def test_crop_resize_matches_interpolate_of_the_crop():
     x = torch.rand(2, 3, 32, 32)
     box = torch.tensor([[4.0, 8.0, 16.0, 16.0], [0.0, 0.0, 16.0, 16.0]])
     out = A.crop_resize_flip(x, box, torch.zeros(2, dtype=torch.bool), 32)
-    ref = torch.cat([F.interpolate(x[i:i + 1, :, int(t):int(t + h), int(l):int(l + w)], size=32, mode="bilinear",
-                                   align_corners=False) for i, (t, l, h, w) in enumerate(box.tolist())])
+    ref = torch.cat([F.interpolate(x[i:i + 1, :, int(t):int(t + h), int(left):int(left + w)], size=32, mode="bilinear",
+                                   align_corners=False) for i, (t, left, h, w) in enumerate(box.tolist())])
     assert torch.allclose(out[..., 1:-1, 1:-1], ref[..., 1:-1, 1:-1], atol=1e-5)
 
 

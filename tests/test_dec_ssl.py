@@ -8,9 +8,10 @@ import pytest
 import torch
 from torch import nn
 
+from p2pfl.gossip import mixing_row
+
 from conftest import run_job
 from helpers_inproc import setup_algorithm
-from p2pfl.gossip import mixing_row
 
 
 def _fill_distinct(models: dict[int, nn.Module]) -> dict[int, dict[str, torch.Tensor]]:

@@ -10,17 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 
-import topologies
-from conftest import run_job
-from helpers_inproc import setup_algorithm
-from test_peerspec import GRAY28, TINY_VIT, two_family_spec, write_yaml
 from p2pfl.algorithms.fedmuscle import FedMuscle, public_batch_indices, sample_neighbours, server_bytes_per_round
 from p2pfl.data import load_dataset, split_public, to_geometry
 from p2pfl.evaluation import multilabel_scores
 from p2pfl.losses import muscle_loss
 from p2pfl.seeding import SHARED, numpy_rng
+
+from conftest import run_job
+from helpers_inproc import setup_algorithm
+from test_peerspec import GRAY28, TINY_VIT, two_family_spec, write_yaml
 
 
 def make_algorithm(tmp_path: Path, spec: dict | None, n_peers: int, topology: str = "complete", **options
@@ -164,7 +163,8 @@ def test_task_groups_share_nothing_and_the_public_set_is_held_out(tmp_path: Path
     mosaic_labels = ds.y_train[torch.as_tensor(np.concatenate([algo.work.parts[3], algo.work.parts[4]]))]
     assert set(mosaic_labels.tolist()) == {0, 1, 2, 3} and 0.3 * 480 < len(mosaic_labels) < 0.5 * 480
     # every peer of a task group has the same test set
-    assert algo.work.tasks[0].test is algo.work.tasks[1].test is algo.work.tasks[2].test and algo.work.tasks[3].test is algo.work.tasks[4].test
+    tests = [algo.work.tasks[p].test for p in range(5)]
+    assert tests[0] is tests[1] is tests[2] and tests[3] is tests[4]
     assert algo.work.tasks[3].test[1].shape[1] == 4 and algo.peers[3].model.head.fc.out_features == 4
     # another dataset: nothing held out of it; a seeded subset (not the first N: real archives are class-sorted)
     assert len(set(algo.work.parts[5].tolist())) == 1200 and algo.work.parts[5].max() >= 1200

@@ -23,7 +23,7 @@ def _nt_xent_loops(z1, z2, t):
     total = 0.0
     for k in range(n):
         pos = (k + b) % n
-        den = sum(math.exp(float(z[k] @ z[l]) / t) for l in range(n) if l != k)
+        den = sum(math.exp(float(z[k] @ z[j]) / t) for j in range(n) if j != k)
         total += -math.log(math.exp(float(z[k] @ z[pos]) / t) / den)
     return total / n
 

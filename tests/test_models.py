@@ -10,13 +10,13 @@ from torch import nn
 
 from p2pfl.models import (
     HFEncoder,
+    LinearClassifier,
     MixableState,
     ModelConfigError,
     MoonNet,
     RepresentationNet,
     SimCLRNet,
     SupervisedNet,
-    LinearClassifier,
     bn_parameter_mask,
     bn_tensor_names,
     build_encoder,
@@ -119,7 +119,8 @@ def test_resnet_init_scheme_matches_kaiming_fan_out():
 
 def test_resnet_small_structure():
     enc = build_encoder("resnet-small", 3, 32)
-    assert [enc.layer1[0].conv1.out_channels, enc.layer2[0].conv1.out_channels, enc.layer3[0].conv1.out_channels] == [16, 32, 64]
+    widths = [enc.layer1[0].conv1.out_channels, enc.layer2[0].conv1.out_channels, enc.layer3[0].conv1.out_channels]
+    assert widths == [16, 32, 64]
     assert len(enc.layer1) == len(enc.layer2) == len(enc.layer3) == 1
     assert any(isinstance(m, nn.BatchNorm2d) for m in enc.modules())
 
@@ -286,7 +287,7 @@ def test_init_model_deterministic_and_leaves_global_rng(make):
     differ = [k for k, _ in a.named_parameters() if not torch.equal(sa[k], sc[k])]
     # every randomly initialised tensor differs (BN/LayerNorm affine and zero biases are constants)
     assert len(differ) >= sum(1 for _, p in a.named_parameters() if p.dim() >= 2)
-    for n, bn in a.named_modules():
+    for _, bn in a.named_modules():
         if isinstance(bn, nn.modules.batchnorm._BatchNorm):
             assert torch.equal(bn.running_mean, torch.zeros_like(bn.running_mean))
 
@@ -372,6 +373,7 @@ def test_hf_lora_init_model_keeps_pretrained_and_redraws_adapters(tiny_hf_vit):
             assert torch.equal(sa[k], sc[k]), k  # pretrained weights untouched
     assert all(not torch.equal(sa[k], sc[k]) for k in lora_a)
     assert all(torch.count_nonzero(sa[k]) == 0 for k in sa if "lora_B" in k)
-    base = {k.replace("model.base_model.model.", "").replace(".base_layer", ""): v for k, v in sa.items() if "lora_" not in k}
+    base = {k.replace("model.base_model.model.", "").replace(".base_layer", ""): v
+            for k, v in sa.items() if "lora_" not in k}
     for k, v in base.items():
         assert torch.equal(v, ref[k]), k

@@ -11,11 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import run_job
-from helpers_inproc import setup_algorithm
 from p2pfl.data import supervised_augment
 from p2pfl.models import MixableState
 from p2pfl.run import main
+
+from conftest import run_job
+from helpers_inproc import setup_algorithm
 
 # A small, fast setting on the synthetic dataset; tests override what they check.
 FAST = {"dataset": "synthetic", "peers": 4, "topology": "complete", "mixing": "uniform", "optimizer": "sgd",
@@ -138,7 +139,8 @@ def test_previous_model_is_the_trained_one_not_the_mix(tmp_path: Path) -> None:
         mixed = state_vector(algo.peers[p].model)
         assert not torch.equal(mixed, trained[p])  # mixing changed the model ...
         assert torch.equal(state_vector(algo.peers[p].pool[0]), trained[p])  # ... but z_prev's model is the trained one
-        assert not algo.peers[p].pool[0].training and not any(q.requires_grad for q in algo.peers[p].pool[0].parameters())
+        prev = algo.peers[p].pool[0]
+        assert not prev.training and not any(q.requires_grad for q in prev.parameters())
         algo.before_local(algo.peers[p], 2)
         assert torch.equal(state_vector(algo.peers[p].glob), mixed)  # z_glob's model is the round's start (the mix)
         assert not algo.peers[p].glob.training
@@ -149,7 +151,8 @@ def test_pool_only_moves_when_the_peer_trains(tmp_path: Path) -> None:
     first = one_round(algo, 1)
     second = one_round(algo, 2, active={0, 1})  # peers 2 and 3 sit round 2 out
     for p in (0, 1):
-        assert [torch.equal(state_vector(r), v) for r, v in zip(algo.peers[p].pool, (first[p], second[p]))] == [True, True]
+        pool = algo.peers[p].pool
+        assert [torch.equal(state_vector(r), v) for r, v in zip(pool, (first[p], second[p]))] == [True, True]
     for p in (2, 3):
         assert len(algo.peers[p].pool) == 1 and torch.equal(state_vector(algo.peers[p].pool[0]), first[p])
     third = one_round(algo, 3)  # FIFO of 2: the oldest drops out

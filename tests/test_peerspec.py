@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, run_job
 from p2pfl.config import load_yaml, make_config
 from p2pfl.peerspec import PeerSpecError, load_peers_spec, parse_peers_spec
+
+from conftest import ROOT, run_job
 
 TINY_VIT = {"depth": 1, "hidden_size": 32, "heads": 2, "patch_size": 8}
 

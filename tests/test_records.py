@@ -14,9 +14,19 @@ import topologies
 from analysis import load_run, plot_run
 from analysis.plots import consensus_shares, second_eigenvalue
 from analysis.report import runs_table
+from p2pfl.records import (
+    LOSS,
+    MEAN,
+    TIMING_FIELDS,
+    EvalRecord,
+    Manifest,
+    RoundRecord,
+    RoundStart,
+    Summary,
+    metric_names,
+)
+
 from golden_cases import options, run_case
-from p2pfl.records import (LOSS, MEAN, EvalRecord, Manifest, RoundRecord, RoundStart, Summary, TIMING_FIELDS,
-                           metric_names)
 
 #: Between them these runs write every key Manifest and Summary declare: a method without data (consensus),
 #: the learners with their mu entries (fedprox, moon with partial participation), FedMuscle with a spec.

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import topologies
+
 from conftest import run_job
 
 

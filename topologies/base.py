@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import networkx as nx
 

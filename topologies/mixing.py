@@ -1,7 +1,7 @@
 """Mixing matrices W (SPEC §1): W_ij > 0 only for j in N(i) ∪ {i}, every row sums to 1."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import networkx as nx
 import numpy as np

@@ -17,7 +17,7 @@ scored by top-1 test accuracy. They differ only in what they add to the local st
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F

@@ -31,8 +31,9 @@ sampled neighbour set the peer used) let tests check that batches and samples do
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -46,7 +47,7 @@ from p2pfl.evaluation import features, multilabel_scores
 from p2pfl.losses import GRAM_DEFAULT_TAU, MUSCLE_TAU, MUSCLE_TAU_PREV
 from p2pfl.losses.align import GRAM_LABEL_SMOOTHING, align_loss
 from p2pfl.models import RepresentationNet, SupervisedNet, build_encoder, count_parameters, init_model
-from p2pfl.peerspec import PeersSpec, load_peers_spec, uniform_spec
+from p2pfl.peerspec import PeersSpec, uniform_spec
 from p2pfl.records import Summary
 from p2pfl.rounds import RunContext
 from p2pfl.runtime.progress import format_bytes

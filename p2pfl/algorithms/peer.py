@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from p2pfl.data import PeerData
-
 from p2pfl.runtime.checkpoint import CHECKPOINT
 
 

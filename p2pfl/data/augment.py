@@ -13,7 +13,7 @@ images costs a handful of tensor ops. Given the same generator state, the output
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F

@@ -1,12 +1,12 @@
 """Small helpers shared by the loss modules."""
 from __future__ import annotations
 
-from typing import Sequence, Union
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
-Others = Union[torch.Tensor, Sequence[torch.Tensor]]
+Others = torch.Tensor | Sequence[torch.Tensor]
 
 
 def unit_rows(x: torch.Tensor) -> torch.Tensor:
@@ -28,7 +28,8 @@ def stack_others(others: Others, anchor: torch.Tensor, *, what: str = "others") 
             raise ValueError(f"{what}: at least one other representation matrix is required (got M = 0)")
         z = torch.stack([o for o in others], dim=0)
     if z.dim() != 3:
-        raise ValueError(f"{what}: expected a list of (B, d) tensors or one (M, B, d) tensor, got shape {tuple(z.shape)}")
+        raise ValueError(f"{what}: expected a list of (B, d) tensors or one (M, B, d) tensor, "
+                         f"got shape {tuple(z.shape)}")
     if z.shape[0] == 0:
         raise ValueError(f"{what}: at least one other representation matrix is required (got M = 0)")
     if anchor.dim() != 2 or z.shape[1:] != anchor.shape:

@@ -5,8 +5,8 @@ the set of values `--loss` accepts, so registering a loss here makes it a valid 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Callable
 
 import torch
 

@@ -15,7 +15,8 @@ def infonce(anchor: torch.Tensor, other: torch.Tensor, tau: float = 0.2) -> torc
     """
     t = check_temperature("tau", tau)
     if anchor.dim() != 2 or other.shape != anchor.shape:
-        raise ValueError(f"infonce: anchor and other must both be (B, d), got {tuple(anchor.shape)}, {tuple(other.shape)}")
+        raise ValueError(f"infonce: anchor and other must both be (B, d), "
+                         f"got {tuple(anchor.shape)}, {tuple(other.shape)}")
     logits = unit_rows(anchor) @ unit_rows(other).t() / t
     target = torch.arange(anchor.shape[0], device=anchor.device)
     return F.cross_entropy(logits, target)

@@ -1,7 +1,7 @@
 """MOON's model-contrastive term (SPEC §5, reference notes §A.2)."""
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -12,7 +12,7 @@ from ._util import check_temperature
 def moon_contrastive(
     z: torch.Tensor,
     z_glob: torch.Tensor,
-    z_prev: Optional[Union[torch.Tensor, Sequence[torch.Tensor]]],
+    z_prev: torch.Tensor | Sequence[torch.Tensor] | None,
     temperature: float = 0.5,
 ) -> torch.Tensor:
     """ℓ_con of MOON, averaged over the batch.
@@ -25,7 +25,8 @@ def moon_contrastive(
     """
     t = check_temperature("temperature", temperature)
     if z.dim() != 2 or z_glob.shape != z.shape:
-        raise ValueError(f"moon_contrastive: z and z_glob must both be (B, d), got {tuple(z.shape)}, {tuple(z_glob.shape)}")
+        raise ValueError(f"moon_contrastive: z and z_glob must both be (B, d), "
+                         f"got {tuple(z.shape)}, {tuple(z_glob.shape)}")
     if z_prev is None:
         prev: list[torch.Tensor] = []
     elif isinstance(z_prev, torch.Tensor):

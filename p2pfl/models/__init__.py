@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 from .base import Encoder, ModelConfigError
 from .cnn import SimpleCNN

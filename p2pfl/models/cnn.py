@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 from .base import Encoder, check_geometry
 

@@ -16,7 +16,8 @@ class ProjectionHead(nn.Module):
         hidden_dim = int(hidden_dim or in_dim)
         self.in_dim, self.out_dim = int(in_dim), int(out_dim)
         self.net = nn.Sequential(
-            nn.Linear(in_dim, hidden_dim), nn.BatchNorm1d(hidden_dim), nn.ReLU(inplace=True), nn.Linear(hidden_dim, out_dim)
+            nn.Linear(in_dim, hidden_dim), nn.BatchNorm1d(hidden_dim), nn.ReLU(inplace=True),
+            nn.Linear(hidden_dim, out_dim),
         )
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:

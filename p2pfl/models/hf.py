@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 from .base import Encoder, ModelConfigError, check_geometry
 

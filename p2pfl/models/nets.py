@@ -2,7 +2,7 @@
 MOON's ModelFedCon, and FedMuscle's representation model with a task head."""
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 from torch import nn

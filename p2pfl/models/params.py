@@ -2,7 +2,7 @@
 deterministic initialisation, counting."""
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -43,7 +43,8 @@ def bn_tensor_names(model: nn.Module, rule: str = "type") -> set[str]:
             continue
         seen.add(id(bn))
         prefix = qname + "." if qname else ""
-        in_block = parent is not None and type(parent).__name__ in ("BasicBlock", "Bottleneck") and attr.startswith("bn")
+        in_block = (parent is not None and type(parent).__name__ in ("BasicBlock", "Bottleneck")
+                    and attr.startswith("bn"))
         for n, _ in bn.named_parameters(recurse=False):
             if rule == "type" or in_block:
                 names.add(prefix + n)

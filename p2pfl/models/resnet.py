@@ -7,7 +7,7 @@ torchvision ``resnet18`` with the CIFAR stem and without ``fc`` loads into ``res
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -60,7 +60,8 @@ class CifarResNet(Encoder):
         widths, blocks = [int(w) for w in widths], [int(b) for b in blocks]
         if len(widths) != len(blocks) or not widths or min(widths) < 1 or min(blocks) < 1:
             raise ModelConfigError(
-                f"encoder {name!r}: widths and blocks must be equally long lists of positive ints, got {widths}, {blocks}"
+                f"encoder {name!r}: widths and blocks must be equally long lists of positive ints, "
+                f"got {widths}, {blocks}"
             )
         self.in_channels, self.image_size = int(in_channels), int(image_size)
         self.conv1 = nn.Conv2d(in_channels, widths[0], 3, stride=1, padding=1, bias=False)
