@@ -192,8 +192,7 @@ class Runner:
         progress.close()
         final = self._evaluate(cfg.rounds, final=True)
         extra = self.algo.summary()
-        stats = world.gather(self.ctx.exchange.stats.snapshot()) if world.size > 1 else \
-            [self.ctx.exchange.stats.snapshot()]
+        stats = world.gather(self.ctx.exchange.stats.snapshot())
         if not world.is_root:
             return None
         summary = {
@@ -255,7 +254,7 @@ class Runner:
             "compute_s": (t1 - t0) + (t2 - t1 - comm - wait), "comm_s": comm, "wait_s": wait,
             "local_s": t1 - t0,
         }
-        parts = self.world.gather(part) if self.world.size > 1 else [part]
+        parts = self.world.gather(part)
         if not self.world.is_root:
             return {}
         per = _merge([p["per_peer"] for p in parts])
@@ -280,7 +279,7 @@ class Runner:
 
     def _evaluate(self, t: int, final: bool) -> dict[str, float] | None:
         metrics, per_peer = self.algo.evaluate(t, final)
-        parts = self.world.gather(per_peer) if self.world.size > 1 else [per_peer]
+        parts = self.world.gather(per_peer)
         if not self.world.is_root:
             return None
         merged = _merge(parts)

@@ -46,7 +46,7 @@ def build_context(world: World, cfg: RunConfig, announce: bool = True) -> RunCon
     else:
         run_dir = Path(world.bcast(str(make_run_dir(cfg)) if world.is_root else None))
     me = {"rank": world.rank, "host": world.host, "device": str(device), "peers": placement.peers_of(world.rank)}
-    hosts = world.allgather(me) if world.size > 1 else [me]
+    hosts = world.allgather(me)
     folder = None
     if world.is_root:
         folder = RunFolder(run_dir, cfg, resume_round=resume_round)

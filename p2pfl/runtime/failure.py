@@ -11,10 +11,6 @@ T = TypeVar("T")
 USER_ERROR_EXIT = 2
 
 
-class UserError(ValueError):
-    """Bad input detected after parsing (a dataset not found, a peer spec that does not fit)."""
-
-
 def abort_on_exception(world: World, exc: BaseException) -> None:
     """Print which rank failed and its traceback, then end every rank of the job."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -44,7 +40,7 @@ def agree(world: World, step: Callable[[], T]) -> T:
         result = step()
     except ValueError as exc:
         error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    errors = world.allgather(error) if world.size > 1 else [error]
+    errors = world.allgather(error)
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         user_error_exit(world, first)
