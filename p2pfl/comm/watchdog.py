@@ -11,8 +11,8 @@ class Watchdog:
     """One daemon thread per process; `arm` starts a deadline, `disarm` ends it.
 
     When a deadline passes, `describe()` (read at that moment) is printed as one line and `on_expire` runs
-    (by default MPI_Abort through the caller). Blocking MPI waits stay in MPI's own fast progress loop; only
-    this thread sleeps.
+    (the Exchange's ends the job through `World.abort`). Blocking MPI waits stay in MPI's own fast progress
+    loop; only this thread sleeps.
     """
 
     def __init__(self, on_expire: Callable[[str], None]) -> None:
