@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
-from mpi4py import MPI
 
 from p2pfl.comm.exchange import Exchange
 from p2pfl.comm.world import World
@@ -48,7 +47,7 @@ def exact_mean(world: World, vectors: dict[int, torch.Tensor], n_peers: int) -> 
     result does not depend on which rank holds which peer or on the order of the reduction."""
     sample = next(iter(vectors.values()))
     local_max = max(float(v.abs().max()) for v in vectors.values()) if vectors else 0.0
-    global_max = world.comm.allreduce(local_max, op=MPI.MAX) if world.size > 1 else local_max
+    global_max = world.allreduce_max(local_max)
     if global_max == 0.0 or not math.isfinite(global_max):
         return torch.zeros_like(sample, dtype=torch.float64) + (global_max if not math.isfinite(global_max) else 0)
     shift = 61 - math.ceil(math.log2(global_max * n_peers))
@@ -56,9 +55,7 @@ def exact_mean(world: World, vectors: dict[int, torch.Tensor], n_peers: int) -> 
     for peer in sorted(vectors):
         total += torch.round(torch.ldexp(vectors[peer].detach().reshape(-1).double().cpu(),
                                          torch.tensor(float(shift), dtype=torch.float64))).long()
-    if world.size > 1:
-        buf = total.numpy()
-        world.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+    world.allreduce_sum_(total.numpy())
     mean = torch.ldexp(total.double(), torch.tensor(float(-shift), dtype=torch.float64)) / n_peers
     return mean.reshape(sample.shape)
 
@@ -71,7 +68,7 @@ def consensus_distance(world: World, vectors: dict[int, torch.Tensor], n_peers: 
     denom = float(mean.pow(2).sum())
     parts = {p: float((v.detach().reshape(mean.shape).double().cpu() - mean).pow(2).sum())
              for p, v in vectors.items()}
-    gathered = world.gather(parts) if world.size > 1 else [parts]
+    gathered = world.gather(parts)
     if gathered is None:
         return None
     merged: dict[int, float] = {}

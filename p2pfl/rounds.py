@@ -21,8 +21,7 @@ from p2pfl.comm.world import World
 from p2pfl.config import RunConfig
 from p2pfl.gossip import consensus_distance
 from p2pfl.peerspec import PeersSpec
-from p2pfl.records import (EvalRecord, RoundStart, Summary, eval_record, round_record, round_start,
-                           summary_record)
+from p2pfl.records import EvalRecord, RoundStart, Summary, eval_record, round_record, round_start, summary_record
 from p2pfl.runtime.checkpoint import load_peer, load_state, record_state, restore_record, save_peer, save_state
 from p2pfl.runtime.progress import Progress, summary_lines
 from p2pfl.runtime.runfolder import RunFolder
@@ -181,8 +180,7 @@ class Runner:
         progress.close()
         final = self._evaluate(cfg.rounds, final=True)
         extra = self.algo.summary()
-        stats = world.gather(self.ctx.exchange.stats.snapshot()) if world.size > 1 else \
-            [self.ctx.exchange.stats.snapshot()]
+        stats = world.gather(self.ctx.exchange.stats.snapshot())
         if not world.is_root:
             return None
         summary = summary_record(
@@ -241,7 +239,7 @@ class Runner:
             "compute_s": (t1 - t0) + (t2 - t1 - comm - wait), "comm_s": comm, "wait_s": wait,
             "local_s": t1 - t0,
         }
-        parts = self.world.gather(part) if self.world.size > 1 else [part]
+        parts = self.world.gather(part)
         if not self.world.is_root:
             return {}
         record = round_record(
@@ -255,7 +253,7 @@ class Runner:
 
     def _evaluate(self, t: int, final: bool) -> dict[str, float] | None:
         metrics, per_peer = self.algo.evaluate(t, final)
-        parts = self.world.gather(per_peer) if self.world.size > 1 else [per_peer]
+        parts = self.world.gather(per_peer)
         if not self.world.is_root:
             return None
         record = eval_record(t, final, metrics, _merge(parts))

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -48,7 +48,7 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     else:
         run_dir = Path(world.bcast(str(make_run_dir(cfg)) if world.is_root else None))
     me = Host(rank=world.rank, host=world.host, device=str(device), peers=placement.peers_of(world.rank))
-    hosts = world.allgather(me) if world.size > 1 else [me]
+    hosts = world.allgather(me)
     folder = None
     if world.is_root:
         folder = RunFolder(run_dir, cfg, resume_round=resume_round)

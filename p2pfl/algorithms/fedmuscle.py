@@ -163,7 +163,7 @@ class FedMuscle(LocalTrainer):
                                           t.numel() for t in model.representation_parameters(trainable_only=True)),
                                       "outputs": peer.task.outputs, "input": list(peer.task.geometry)}
         merged: dict[int, dict] = {}
-        for part in self.ctx.world.allgather(described) if self.ctx.world.size > 1 else [described]:
+        for part in self.ctx.world.allgather(described):
             merged.update(part)
         cfg = self.cfg
         self.ctx.record_manifest(
@@ -243,7 +243,7 @@ class FedMuscle(LocalTrainer):
         per_peer = {p: self.score_peer(peer) for p, peer in self.peers.items()}
         mine = {p: (self.peers[p].task.entry.task, m["task_metric"]) for p, m in per_peer.items()}
         world = self.ctx.world
-        parts = world.gather(mine) if world.size > 1 else [mine]
+        parts = world.gather(mine)
         metrics: dict[str, float] = {}
         if parts is not None:
             by_task: dict[str, list[float]] = {}
@@ -258,7 +258,7 @@ class FedMuscle(LocalTrainer):
         cfg, ctx = self.cfg, self.ctx
         stats = ctx.exchange.stats
         mine = {p: int(stats.peer_sent.get(p, 0)) for p in ctx.local_peers}
-        parts = ctx.world.gather(mine) if ctx.world.size > 1 else [mine]
+        parts = ctx.world.gather(mine)
         if parts is None:
             return {}
         sent: dict[int, int] = {}

@@ -13,8 +13,8 @@ peer and the message kind, so a missing message shows up as a wait on that very 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 import networkx as nx
 import numpy as np
@@ -26,11 +26,8 @@ from p2pfl.comm.watchdog import Watchdog
 from p2pfl.comm.world import World
 
 KINDS = {"params": 1, "reps": 2, "control": 3, "test": 4}
+TIMEOUT_EXIT = 3  # exit status of a job whose exchange waited past --timeout
 _PEER_TAG_SPAN = 4096
-
-
-class ExchangeTimeout(RuntimeError):
-    """A receive waited longer than the timeout."""
 
 
 @dataclass
@@ -50,8 +47,21 @@ class CommStats:
                 "time_comm_s": self.time_comm_s, "time_wait_s": self.time_wait_s}
 
 
+@dataclass
+class _Posted:
+    """The requests one exchange call has posted, and which of them belong to each remote sending peer."""
+
+    requests: list[MPI.Request] = field(default_factory=list)
+    waiting: list[tuple[int, list[int]]] = field(default_factory=list)  # (remote peer, indices of its requests)
+    received: dict[int, torch.Tensor] = field(default_factory=dict)  # remote peer -> its receive buffer
+
+
 def _tag(peer: int, kind: str) -> int:
     return (peer % _PEER_TAG_SPAN) * 8 + KINDS[kind]
+
+
+def _nbytes(buf: np.ndarray | torch.Tensor) -> int:
+    return buf.nbytes if isinstance(buf, np.ndarray) else buf.numel() * buf.element_size()
 
 
 class Exchange:
@@ -71,18 +81,14 @@ class Exchange:
         self.silent: set[int] = set()  # testing aid: peers that send nothing
         remote = sorted({placement.rank_of(q) for p in self.local_peers for q in self.neighbors[p]} - {world.rank})
         self.remote_ranks = remote
-        self.comm = None
-        if world.size > 1:
-            self.comm = world.comm.Create_dist_graph_adjacent(remote, remote, reorder=False)
+        self.comm = world.neighbour_comm(remote)
         self._recv_buffers: dict[tuple, torch.Tensor] = {}
         self._send_buffers: dict[tuple, torch.Tensor] = {}
-        self._watchdog = Watchdog(on_timeout or self._default_expire) if world.size > 1 else None
-        self._pending: list[tuple[int, int]] = []
-        self._round = 0
+        self._watchdog = Watchdog(on_timeout or self._abort_job) if self.comm is not None else None
 
-    @staticmethod
-    def _default_expire(message: str) -> None:
-        MPI.COMM_WORLD.Abort(3)
+    def _abort_job(self, message: str) -> None:
+        """The watchdog's default: the message is printed already; end every rank with TIMEOUT_EXIT."""
+        self.world.abort(TIMEOUT_EXIT)
 
     def _plan(self, active: set[int]) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
         """Per remote rank: the local peers whose buffer goes there, and the remote peers whose buffer comes here."""
@@ -102,7 +108,15 @@ class Exchange:
         for start in range(0, raw.size, self.chunk_bytes):
             yield raw[start:start + self.chunk_bytes]
 
-    def _host_view(self, peer: int, tensor: torch.Tensor, kind: str) -> object:
+    def _post(self, start: Callable[..., MPI.Request], buf: np.ndarray | torch.Tensor,
+              **where: int) -> list[MPI.Request]:
+        """Start a send or receive of one buffer: host memory in chunks of at most `chunk_bytes`, a GPU
+        buffer (CUDA-aware MPI) whole. `where` is the peer rank and the tag."""
+        if isinstance(buf, np.ndarray):
+            return [start([chunk, MPI.BYTE], **where) for chunk in self._chunks(buf)]
+        return [start(buf, **where)]
+
+    def _host_view(self, peer: int, tensor: torch.Tensor, kind: str) -> np.ndarray | torch.Tensor:
         """A buffer MPI can read for `tensor`: itself on the CPU or with CUDA-aware MPI, else pinned staging."""
         if tensor.device.type == "cpu":
             return tensor.contiguous().view(-1).numpy()
@@ -139,48 +153,60 @@ class Exchange:
         active = set(range(self.placement.n_peers)) if active is None else set(active)
         local_active = [p for p in self.local_peers if p in active]
         if not local_active:
-            sample = None
-        else:
-            sample = payloads[local_active[0]]
-        self._round = round
+            return {}
+        sample = payloads[local_active[0]]
+        received = self._exchange_remote(payloads, sample, round, kind, active, local_active)
         t0 = MPI.Wtime()
-        received: dict[int, torch.Tensor] = {}
-        requests: list[MPI.Request] = []
-        waiting: list[tuple[int, list[int]]] = []  # (remote peer, indices of its requests)
-        if self.comm is not None and sample is not None:
-            sends, recvs = self._plan(active)
-            for rank in self.remote_ranks:
-                for q in recvs[rank]:
-                    buf = self._recv_buffer(q, sample.shape, sample.dtype, sample.device, kind)
-                    target = buf.view(-1) if buf.device.type == "cuda" else buf.view(-1).numpy()
-                    first = len(requests)
-                    if isinstance(target, np.ndarray):
-                        for chunk in self._chunks(target):
-                            requests.append(self.comm.Irecv([chunk, MPI.BYTE], source=rank, tag=_tag(q, kind)))
-                    else:
-                        requests.append(self.comm.Irecv(target, source=rank, tag=_tag(q, kind)))
-                    waiting.append((q, list(range(first, len(requests)))))
-                    received[q] = buf
-                    self.stats.wire_recv[rank] += buf.numel() * buf.element_size()
-            n_recv = len(requests)
-            for rank in self.remote_ranks:
-                for p in sends[rank]:
-                    if p in self.silent:
-                        continue
-                    view = self._host_view(p, payloads[p], kind)
-                    if isinstance(view, np.ndarray):
-                        for chunk in self._chunks(view):
-                            requests.append(self.comm.Isend([chunk, MPI.BYTE], dest=rank, tag=_tag(p, kind)))
-                    else:
-                        requests.append(self.comm.Isend(view, dest=rank, tag=_tag(p, kind)))
-                    self.stats.wire_sent[rank] += view.nbytes if isinstance(view, np.ndarray) else \
-                        view.numel() * view.element_size()
-            t1 = MPI.Wtime()
-            self._wait(requests, n_recv, waiting, local_active, round)
-            t2 = MPI.Wtime()
-            self.stats.time_comm_s += t1 - t0
-            self.stats.time_wait_s += t2 - t1
-        t3 = MPI.Wtime()
+        out = self._inboxes(payloads, received, sample, active, local_active)
+        self.stats.time_comm_s += MPI.Wtime() - t0
+        return out
+
+    def _exchange_remote(self, payloads: dict[int, torch.Tensor], sample: torch.Tensor, round: int, kind: str,
+                         active: set[int], local_active: list[int]) -> dict[int, torch.Tensor]:
+        """Plan, post receives, post sends, wait: returns the receive buffer of each remote sending peer
+        (none in one process, where every neighbour is co-located)."""
+        if self.comm is None:
+            return {}
+        t0 = MPI.Wtime()
+        sends, recvs = self._plan(active)
+        posted = _Posted()
+        self._post_receives(posted, recvs, sample, kind)
+        self._post_sends(posted, sends, payloads, kind)
+        t1 = MPI.Wtime()
+        self._wait(posted, local_active, round)
+        t2 = MPI.Wtime()
+        self.stats.time_comm_s += t1 - t0
+        self.stats.time_wait_s += t2 - t1
+        return posted.received
+
+    def _post_receives(self, posted: _Posted, recvs: dict[int, list[int]], sample: torch.Tensor, kind: str) -> None:
+        """One receive per remote sending peer, into a buffer shaped like `sample` and reused across calls."""
+        for rank in self.remote_ranks:
+            for q in recvs[rank]:
+                buf = self._recv_buffer(q, sample.shape, sample.dtype, sample.device, kind)
+                target = buf.view(-1) if buf.device.type == "cuda" else buf.view(-1).numpy()
+                first = len(posted.requests)
+                posted.requests += self._post(self.comm.Irecv, target, source=rank, tag=_tag(q, kind))
+                posted.waiting.append((q, list(range(first, len(posted.requests)))))
+                posted.received[q] = buf
+                self.stats.wire_recv[rank] += _nbytes(target)
+
+    def _post_sends(self, posted: _Posted, sends: dict[int, list[int]], payloads: dict[int, torch.Tensor],
+                    kind: str) -> None:
+        """One send per (local peer, remote rank hosting a neighbour of it); silent peers send nothing."""
+        for rank in self.remote_ranks:
+            for p in sends[rank]:
+                if p in self.silent:
+                    continue
+                view = self._host_view(p, payloads[p], kind)
+                posted.requests += self._post(self.comm.Isend, view, dest=rank, tag=_tag(p, kind))
+                self.stats.wire_sent[rank] += _nbytes(view)
+
+    def _inboxes(self, payloads: dict[int, torch.Tensor], received: dict[int, torch.Tensor], sample: torch.Tensor,
+                 active: set[int], local_active: list[int]) -> dict[int, dict[int, torch.Tensor]]:
+        """Per local active peer, its active neighbours' tensors: a co-located neighbour's payload itself, a
+        remote one's receive buffer (on the payloads' device). Counts the logical bytes of every edge."""
+        nbytes = sample.numel() * sample.element_size()
         out: dict[int, dict[int, torch.Tensor]] = {}
         for p in local_active:
             inbox = {}
@@ -192,17 +218,15 @@ class Exchange:
                 else:
                     buf = received[q]
                     inbox[q] = buf.to(sample.device, non_blocking=True) if buf.device != sample.device else buf
-                nbytes = sample.numel() * sample.element_size()
                 self.stats.peer_recv[p] += nbytes
                 if p not in self.silent:
                     self.stats.peer_sent[p] += nbytes
             out[p] = inbox
-        self.stats.time_comm_s += MPI.Wtime() - t3
         return out
 
-    def _wait(self, requests: list, n_recv: int, waiting: list[tuple[int, list[int]]], local_active: list[int],
-              round: int) -> None:
+    def _wait(self, posted: _Posted, local_active: list[int], round: int) -> None:
         """Wait for every request; past the timeout the watchdog names a missing neighbour and the round."""
+        requests, waiting = posted.requests, posted.waiting
         if not requests:
             return
         done = np.zeros(len(requests), dtype=bool)

@@ -4,15 +4,15 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 class Watchdog:
     """One daemon thread per process; `arm` starts a deadline, `disarm` ends it.
 
     When a deadline passes, `describe()` (read at that moment) is printed as one line and `on_expire` runs
-    (by default MPI_Abort through the caller). Blocking MPI waits stay in MPI's own fast progress loop; only
-    this thread sleeps.
+    (the Exchange's ends the job through `World.abort`). Blocking MPI waits stay in MPI's own fast progress
+    loop; only this thread sleeps.
     """
 
     def __init__(self, on_expire: Callable[[str], None]) -> None:

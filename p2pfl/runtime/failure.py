@@ -3,16 +3,13 @@ from __future__ import annotations
 
 import sys
 import traceback
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from p2pfl.comm.world import World
 
 T = TypeVar("T")
 USER_ERROR_EXIT = 2
-
-
-class UserError(ValueError):
-    """Bad input detected after parsing (a dataset not found, a peer spec that does not fit)."""
 
 
 def abort_on_exception(world: World, exc: BaseException) -> None:
@@ -44,7 +41,7 @@ def agree(world: World, step: Callable[[], T]) -> T:
         result = step()
     except ValueError as exc:
         error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    errors = world.allgather(error) if world.size > 1 else [error]
+    errors = world.allgather(error)
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         user_error_exit(world, first)

@@ -1,8 +1,9 @@
 """Under mpirun: one gossip step of the runtime equals W·X computed centrally, for every topology.
 
 Run as `mpirun -n R python tests/mpi/gossip_check.py OUT.json`; rank 0 writes, per topology, the largest
-deviation from the central W·X and whether the result equals a central sum in the runtime's fixed order bit
-for bit. Small chunks force the chunked path; partial participation is checked too.
+deviation from the central W·X, whether the result equals a central sum in the runtime's fixed order bit
+for bit, and each rank's byte counters. Small chunks force the chunked path; partial participation is
+checked too.
 """
 from __future__ import annotations
 
@@ -47,12 +48,14 @@ def main(out: str) -> None:
                 for j, w in mixing_row(W, p, active):
                     ordered.add_(X[j], alpha=w)
                 exact &= bool(torch.equal(ordered, v))
-            gathered = world.gather({"dev": dev, "exact": exact, "peers": sorted(mixed)})
+            gathered = world.gather({"dev": dev, "exact": exact, "peers": sorted(mixed),
+                                     "stats": ex.stats.snapshot()})
             if world.rank == 0:
                 key = f"{name}/{'all' if len(active) == N_PEERS else 'partial'}"
                 results[key] = {"dev": max(g["dev"] for g in gathered),
                                 "exact": all(g["exact"] for g in gathered),
-                                "peers": sorted(p for g in gathered for p in g["peers"])}
+                                "peers": sorted(p for g in gathered for p in g["peers"]),
+                                "stats": [g["stats"] for g in gathered]}
     if world.rank == 0:
         with open(out, "w") as fh:
             json.dump(results, fh)
