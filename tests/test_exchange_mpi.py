@@ -23,7 +23,7 @@ def expected_counters(topology: str, active: set[int], ranks: int) -> list[dict[
     edges = [(p, q) for p, q in graph.to_directed().edges if p in active and q in active]
     out = []
     for rank in range(ranks):
-        def wire(sender: int, receiver: int) -> dict[str, int]:
+        def wire(sender: int, receiver: int, rank: int = rank) -> dict[str, int]:
             """Bytes sender rank -> receiver rank, keyed by the other rank as seen from `rank`."""
             senders = {p for p, q in edges if placement.rank_of(p) == sender and placement.rank_of(q) == receiver}
             return {str(receiver if sender == rank else sender): MESSAGE_BYTES * len(senders)} if senders else {}
