@@ -6,11 +6,16 @@ callers never special-case `size == 1`: there they return the caller's own objec
 from __future__ import annotations
 
 import socket
+import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
+
+#: Seconds between flushing a failing rank's output and MPI_Abort.
+ABORT_GRACE_S = 0.5
 
 
 @dataclass
@@ -77,5 +82,11 @@ class World:
         return self.comm.Create_dist_graph_adjacent(ranks, ranks, reorder=False)
 
     def abort(self, code: int = 1) -> None:
-        """End every rank of the job now, with exit status `code`."""
+        """End every rank of the job now, with exit status `code`.
+
+        This rank's output is flushed and given a moment to reach the launcher first: mpirun tears the job down
+        on MPI_Abort and can drop what was still in flight (seen: about 1 run in 10 lost the traceback)."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        time.sleep(ABORT_GRACE_S)
         self.comm.Abort(code)
