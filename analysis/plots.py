@@ -36,6 +36,7 @@ __all__ = [
     "plot_topology",
     "plot_partition",
     "plot_per_peer",
+    "plot_per_peer_degree",
     "consensus_shares",
     "second_eigenvalue",
 ]
@@ -226,10 +227,12 @@ def plot_metrics(run: Run, out_dir: Path) -> Path | None:
 
 
 def plot_consensus(run: Run, out_dir: Path) -> Path | None:
-    """consensus.png: consensus distance against round (log scale) with the gossip prediction c0·lambda2^(2t).
+    """consensus.png: consensus distance against round (log scale) with the spectral prediction of the graphs
+    actually used, c0·Π σ2(W_t)² (σ2 = ‖W_t − J‖₂ over the alive peers, from the round records); for runs
+    without it, c0·lambda2^(2t) of the static W.
 
-    The consensus distance is a mean of squared norms, so pure gossip shrinks it by lambda2² a round; the
-    line starts at the first recorded value. Local training between rounds pushes the measured curve above it.
+    The consensus distance is a mean of squared norms, so pure gossip shrinks it by at least σ2² a round under
+    a doubly stochastic W; local training between rounds pushes the measured curve above the prediction.
     """
     xs, ys = run.series("consensus_distance")
     pts = [(x, y) for x, y in zip(xs, ys) if y > 0]
@@ -240,8 +243,13 @@ def plot_consensus(run: Run, out_dir: Path) -> Path | None:
     fig = _new_figure(6, 4)
     ax = fig.add_subplot(1, 1, 1)
     ax.plot(xs, ys, marker="o" if len(xs) <= 30 else None, markersize=3, label="measured")
+    predicted = run.spectral_prediction()
     lam = second_eigenvalue(run)
-    if lam is not None and 0 < lam < 1:
+    if predicted is not None:
+        px, py = [x for x, y in zip(*predicted) if y > 0], [y for y in predicted[1] if y > 0]
+        if len(px) >= 2:
+            ax.plot(px, py, "--", label="c0·Π σ2(W_t)², the graphs used")
+    elif lam is not None and 0 < lam < 1:
         t = np.linspace(xs[0], xs[-1], max(2, len(xs) * 4))
         pred = ys[0] * lam ** (2.0 * (t - xs[0]))
         keep = pred > 0
@@ -255,6 +263,34 @@ def plot_consensus(run: Run, out_dir: Path) -> Path | None:
     ax.set_title(run.name, fontsize=9)
     fig.tight_layout()
     return _save(fig, out_dir / "consensus.png")
+
+
+def plot_per_peer_degree(run: Run, out_dir: Path) -> Path | None:
+    """per_peer_degree.png: each peer's final value of every numeric per-peer metric against its in-degree,
+    averaged over the rounds it took part in (crashed peers have no final value)."""
+    per_peer, degree = run.final_per_peer(), run.mean_degree()
+    if not per_peer or not degree:
+        return None
+    names = sorted({k for m in per_peer.values() for k, v in m.items() if is_number(v)})
+    if not names:
+        return None
+    rows, cols = _grid(len(names))
+    fig = _new_figure(4.2 * cols, 3.4 * rows)
+    for i, name in enumerate(names):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        peers = [p for p in per_peer if p in degree and is_number(per_peer[p].get(name))]
+        xs = [degree[p] for p in peers]
+        ys = [float(per_peer[p][name]) for p in peers]
+        ax.scatter(xs, ys, s=18, color="tab:blue")
+        if len(peers) <= 40:
+            for p, x, y in zip(peers, xs, ys):
+                ax.annotate(p, (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
+        ax.set_title(name)
+        ax.set_xlabel("mean in-degree over the rounds taken part in")
+        ax.grid(True, alpha=0.3)
+    fig.suptitle(f"{run.name}: final per-peer metrics against degree", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, out_dir / "per_peer_degree.png")
 
 
 def plot_topology(run: Run, out_dir: Path) -> Path | None:
@@ -376,7 +412,7 @@ def plot_per_peer(run: Run, out_dir: Path) -> Path | None:
 
 
 PLOTS: list[Callable[[Run, Path], Path | None]] = [
-    plot_metrics, plot_consensus, plot_topology, plot_partition, plot_per_peer,
+    plot_metrics, plot_consensus, plot_topology, plot_partition, plot_per_peer, plot_per_peer_degree,
 ]
 
 

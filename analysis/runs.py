@@ -134,6 +134,28 @@ class Run:
             return self.summary["wall_s"]
         return self.rounds[-1]["elapsed_s"] if self.rounds else None
 
+    def spectral_prediction(self) -> tuple[list[float], list[float]] | None:
+        """(rounds, c0·Π_{s<=t} σ2(W_s)²): what gossip alone would leave of the round-0 consensus distance c0
+        over the graphs actually used (each round record's ``network.sigma2``); None without those records."""
+        start = next((r for r in self.rounds if r["round"] == 0), None)
+        used = [r for r in self.rounds if r["round"] > 0 and "sigma2" in (r.get("network") or {})]
+        if start is None or not used or not is_number(start.get("consensus_distance")):
+            return None
+        xs, ys, value = [0.0], [float(start["consensus_distance"])], float(start["consensus_distance"])
+        for record in used:
+            value *= float(record["network"]["sigma2"]) ** 2
+            xs.append(float(record["round"]))
+            ys.append(value)
+        return xs, ys
+
+    def mean_degree(self) -> dict[str, float]:
+        """Each peer's in-degree averaged over the rounds it took part in (``network.degree``)."""
+        total: dict[str, list[int]] = {}
+        for record in self.rounds:
+            for peer, degree in ((record.get("network") or {}).get("degree") or {}).items():
+                total.setdefault(peer, []).append(degree)
+        return {peer: sum(v) / len(v) for peer, v in total.items()}
+
     def series(self, key: str, source: str = "rounds") -> tuple[list[float], list[float]]:
         """(rounds, values) of a numeric field of the round records, or of an eval metric (source="evals")."""
         xs: list[float] = []

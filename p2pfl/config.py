@@ -47,7 +47,7 @@ def _owned(module: str, name: str) -> Callable[[], list[str]]:
 
 def _topologies() -> list[str]:
     import topologies
-    return [n for n in topologies.names() if n != "file"] + ["file"]
+    return [n for n in topologies.names() if n != "file"] + topologies.dynamic_names() + ["file"]
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class RunConfig:
     mixing: str = _opt("metropolis", "gossip weights", _owned("topologies.mixing", "KINDS"))
     p: float = _opt(0.7, "edge probability of the random topology")
     graph_file: str | None = _opt(None, "edge list, adjacency matrix or GraphML for --topology file")
-    participation: float = _opt(1.0, "fraction rho of peers active each round, in (0, 1]")
+    participation: float = _opt(1.0, "fraction rho of peers drawn to take part each round, in (0, 1]")
     out: str = _opt("runs", "parent folder of the run folder")
     name: str | None = _opt(None, "run folder name (default <time>-<algorithm>-<topology>)")
     timeout: float = _opt(300.0, "seconds a receive may wait before the job aborts")
@@ -78,8 +78,24 @@ class RunConfig:
     checkpoint_every: int = _opt(0, "save every peer's state every N rounds into <run>/checkpoint (0: never)")
     resume: str | None = _opt(None, "continue the run in this run folder from its last checkpoint")
     fault: str | None = _opt(None, "testing aid: 'raise@RANK:ROUND' or 'silent@PEER:ROUND'")
+    # network: what changes and fails from round to round (p2pfl.network)
+    resample: bool = _opt(False, "draw the random graph G(K, p) anew every round (--topology random)",
+                          section="network")
+    link_failure: float = _opt(0.0, "probability Q in [0, 1) that a link fails in a round, each independently",
+                               section="network")
+    crash: str | None = _opt(None, "peers that stop for good: PEER@ROUND or FRACTION@ROUND (0.15@3, 15%@3), "
+                                   "comma-separated", section="network")
+    churn: float = _opt(0.0, "probability in [0, 1) that a peer is offline in a round, each independently",
+                        section="network")
+    stragglers: float = _opt(0.0, "fraction of peers (a seeded subset) that do only part of their local steps",
+                             section="network")
+    straggler_work: float = _opt(0.5, "the share of its local steps a straggler does, in (0, 1]", section="network")
+    rejoin: str = _opt("mix", "a peer back after sitting out first takes its fresh neighbours' mix (mix) or trains "
+                              "from its own stale model (stale)", ("mix", "stale"), section="network")
     # consensus
     vector_size: int = _opt(1_000_000, "floats per peer for --algorithm consensus", section="consensus")
+    vector_dtype: str = _opt("float32", "precision of the consensus vectors (float64 isolates the weights from "
+                                        "float32 rounding)", ("float32", "float64"), section="consensus")
     # data
     dataset: str = _opt("fashion-mnist", "training data", _owned("p2pfl.data.datasets", "DATASETS"), section="data")
     data_dir: str | None = _opt(None, "data root (default $P2PFL_DATA, else ~/.cache/p2pfl)", section="data")
@@ -291,6 +307,18 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.rounds >= 0, "rounds", f"must be >= 0, got {cfg.rounds}")
     _check(0.0 < cfg.p <= 1.0, "p", f"must lie in (0, 1], got {cfg.p}")
     _check(0.0 < cfg.participation <= 1.0, "participation", f"must lie in (0, 1], got {cfg.participation}")
+    _check(0.0 <= cfg.link_failure < 1.0, "link_failure", f"must lie in [0, 1), got {cfg.link_failure}")
+    _check(0.0 <= cfg.churn < 1.0, "churn", f"must lie in [0, 1), got {cfg.churn}")
+    _check(0.0 <= cfg.stragglers <= 1.0, "stragglers", f"must lie in [0, 1], got {cfg.stragglers}")
+    _check(0.0 < cfg.straggler_work <= 1.0, "straggler_work", f"must lie in (0, 1], got {cfg.straggler_work}")
+    if cfg.crash is not None:
+        from p2pfl.network import crash_syntax_error
+        error = crash_syntax_error(cfg.crash)
+        _check(error is None, "crash", str(error))
+    _check(cfg.mixing != "server" or cfg.topology == "star", "mixing",
+           f"server is the star's hub serving its leaves; use it with --topology star, not {cfg.topology}")
+    _check(not cfg.resample or cfg.topology == "random", "resample",
+           f"redraws the random graph G(K, p); use it with --topology random, not {cfg.topology}")
     _check(cfg.timeout > 0, "timeout", f"must be > 0 seconds, got {cfg.timeout}")
     _check(cfg.threads >= 1, "threads", f"must be >= 1, got {cfg.threads}")
     _check(cfg.chunk_mb >= 1, "chunk_mb", f"must be >= 1, got {cfg.chunk_mb}")
@@ -354,6 +382,11 @@ def resolve(cfg: RunConfig, world_size: int) -> ResolvedRun:
     _check(peers >= 2, "peers", f"need at least 2 peers, got {peers} (set --peers or run more ranks)")
     _check(peers >= world_size, "peers",
            f"{peers} peers cannot fill {world_size} MPI ranks; use --peers >= {world_size} or fewer ranks")
+    if cfg.crash is not None:
+        from p2pfl.network import parse_crashes
+        crashes = parse_crashes(cfg.crash, peers, cfg.seed)
+        _check(len(crashes) < peers or max(crashes.values()) > cfg.rounds, "crash",
+               f"{cfg.crash} crashes all {peers} peers; at least one must stay up")
     return ResolvedRun(dataclasses.replace(cfg, peers=peers), spec)
 
 

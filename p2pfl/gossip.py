@@ -2,50 +2,78 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-import numpy as np
 import torch
 
 from p2pfl.comm.exchange import Exchange
 from p2pfl.comm.world import World
+from p2pfl.network.schedule import HUB, RoundNetwork
 
 
-def mixing_row(W: np.ndarray, peer: int, active: set[int], sizes: Sequence[float] | None = None
-               ) -> list[tuple[int, float]]:
-    """Peer's weights over its active closed neighbourhood, ascending by neighbour, summing to 1.
-
-    Inactive neighbours drop out and the row is renormalised (SPEC §2, partial participation); with `sizes`
-    each weight W_ij is scaled by n_j first (data-size weighting: exact FedAvg on complete/uniform).
-    """
-    row = [(j, float(W[peer, j])) for j in np.flatnonzero(W[peer]) if j in active or j == peer]
-    if sizes is not None:
-        row = [(j, w * float(sizes[j])) for j, w in row]
-    total = sum(w for _, w in row)
-    return [(int(j), w / total) for j, w in sorted(row)]
+def _combine(own: torch.Tensor, received: dict[int, torch.Tensor], row: list[tuple[int, float]]) -> torch.Tensor:
+    """Σ_j w_j x_j in the row's (ascending) order: bitwise the same whichever ranks the peers sit on."""
+    acc = torch.zeros_like(own)
+    for j, w in row:
+        acc.add_(received[j] if j in received else own, alpha=w)
+    return acc
 
 
-def gossip(exchange: Exchange, W: np.ndarray, vectors: dict[int, torch.Tensor], round: int,
-           active: set[int] | None = None, sizes: Sequence[float] | None = None, kind: str = "params"
-           ) -> dict[int, torch.Tensor]:
-    """x_i ← Σ_j W_ij x_j for every local active peer; the sum runs in ascending j, so the result is
-    bitwise the same whichever ranks the peers sit on."""
-    n = exchange.placement.n_peers
-    active = set(range(n)) if active is None else set(active)
-    inbox = exchange.exchange(vectors, round, kind=kind, active=active)
-    mixed: dict[int, torch.Tensor] = {}
+def gossip(exchange: Exchange, net: RoundNetwork, vectors: dict[int, torch.Tensor], round: int,
+           sizes: Sequence[float] | None = None, kind: str = "params") -> dict[int, torch.Tensor]:
+    """x_i ← Σ_j W_ij x_j with the round's weights for every local active peer (`vectors` holds theirs);
+    with `sizes`, W_ij is scaled by n_j and the row renormalised. On `--mixing server` the same weights travel
+    over the star's two hops (`via_server`)."""
+    if net.server:
+        return via_server(exchange, net, vectors, round, sizes, kind)
+    inbox = exchange.exchange(vectors, round, kind=kind, links=net.incoming)
+    return {peer: _combine(vectors[peer], received, net.row(peer, sizes)) for peer, received in inbox.items()}
+
+
+def via_server(exchange: Exchange, net: RoundNetwork, vectors: dict[int, torch.Tensor], round: int,
+               sizes: Sequence[float] | None = None, kind: str = "params") -> dict[int, torch.Tensor]:
+    """The star as a server: the leaves the hub reaches send it their vectors, the hub averages them with its
+    own (the row of W, data-weighted with `sizes`) and sends the average back, all in this round. Every byte
+    is counted where it travels: a leaf sends and receives one vector, the hub as many as it serves."""
+    hub = HUB
+    members = [j for j, _ in net.row(hub)] if hub in net.active else []
+    up = {hub: tuple(j for j in members if j != hub)} if len(members) > 1 else {}
+    inbox = exchange.exchange(vectors, round, kind=kind, links=up)
+    average: dict[int, torch.Tensor] = {}
+    if hub in inbox:
+        average[hub] = _combine(vectors[hub], inbox[hub], net.row(hub, sizes))
+    down = {j: (hub,) for j in up.get(hub, ())}
+    back = exchange.exchange({**vectors, **average}, round, kind=kind, links=down)
+    out = {p: v.clone() for p, v in vectors.items()}
+    out.update(average)
+    for leaf, received in back.items():
+        out[leaf] = received[hub].clone()
+    return out
+
+
+def pull(exchange: Exchange, net: RoundNetwork, vectors: dict[int, torch.Tensor], round: int,
+         peers: Iterable[int], sizes: Sequence[float] | None = None, kind: str = "params") -> dict[int, torch.Tensor]:
+    """For each of `peers` (the rejoining ones), the mix of its fresh in-neighbours' vectors with its own
+    weight left out and the row renormalised: a returning peer takes the current neighbourhood model, as a
+    FedAvg client takes the current global one. A peer with no fresh neighbour this round is left out."""
+    links = {i: tuple(j for j in net.incoming[i] if j in net.fresh) for i in sorted(peers)}
+    inbox = exchange.exchange(vectors, round, kind=kind, links=links)
+    out = {}
     for peer, received in inbox.items():
-        acc = torch.zeros_like(vectors[peer])
-        for j, w in mixing_row(W, peer, active, sizes):
-            acc.add_(vectors[peer] if j == peer else received[j], alpha=w)
-        mixed[peer] = acc
-    return mixed
+        row = [(j, w) for j, w in net.row(peer, sizes) if j in received]
+        if row:
+            total = sum(w for _, w in row)
+            out[peer] = _combine(vectors[peer], received, [(j, w / total) for j, w in row])
+    return out
 
 
-def exact_mean(world: World, vectors: dict[int, torch.Tensor], n_peers: int) -> torch.Tensor:
-    """The average over all peers of their vectors, summed exactly in fixed point (int64), so that the
-    result does not depend on which rank holds which peer or on the order of the reduction."""
-    sample = next(iter(vectors.values()))
+def exact_mean(world: World, vectors: dict[int, torch.Tensor], n_peers: int,
+               like: torch.Tensor | None = None) -> torch.Tensor:
+    """The average over the `n_peers` peers whose vectors the ranks hold, summed exactly in fixed point (int64),
+    so that the result does not depend on which rank holds which peer or on the order of the reduction.
+    Collective; a rank holding none (its peers crashed) passes `like`, a tensor of the vectors' shape."""
+    sample = next(iter(vectors.values())) if vectors else like
+    assert sample is not None, "exact_mean: a rank without vectors passes like="
     local_max = max(float(v.abs().max()) for v in vectors.values()) if vectors else 0.0
     global_max = world.allreduce_max(local_max)
     if global_max == 0.0 or not math.isfinite(global_max):
@@ -60,11 +88,11 @@ def exact_mean(world: World, vectors: dict[int, torch.Tensor], n_peers: int) -> 
     return mean.reshape(sample.shape)
 
 
-def consensus_distance(world: World, vectors: dict[int, torch.Tensor], n_peers: int) -> float | None:
-    """(1/K) Σ_i ‖x_i − x̄‖² / ‖x̄‖² (SPEC §2); collective, the value is returned on rank 0 only.
-
-    Every rank must hold at least one vector."""
-    mean = exact_mean(world, vectors, n_peers)
+def consensus_distance(world: World, vectors: dict[int, torch.Tensor], n_peers: int,
+                       like: torch.Tensor | None = None) -> float | None:
+    """(1/K) Σ_i ‖x_i − x̄‖² / ‖x̄‖² over the K = `n_peers` peers whose vectors the ranks hold (SPEC §2);
+    collective, the value is returned on rank 0 only. A rank holding none passes `like` (see exact_mean)."""
+    mean = exact_mean(world, vectors, n_peers, like)
     denom = float(mean.pow(2).sum())
     parts = {p: float((v.detach().reshape(mean.shape).double().cpu() - mean).pow(2).sum())
              for p, v in vectors.items()}

@@ -13,7 +13,8 @@ from typing import Any, Literal, TypedDict
 # ------------------------------------------------------------------------------------------------ metrics.jsonl
 
 #: Fields of the round records that measure time, not behaviour.
-TIMING_FIELDS = frozenset({"elapsed_s", "time_compute_s", "time_comm_s", "time_wait_s", "time_local_s", "round_s"})
+TIMING_FIELDS = frozenset({"elapsed_s", "time_compute_s", "time_comm_s", "time_wait_s", "time_local_s", "round_s",
+                           "time_schedule_s"})
 #: A per-peer metric `<name>` of a round record comes with its mean over peers, `<name>_mean`.
 MEAN = "_mean"
 #: Eval metrics: statistics over peers of a per-peer metric end in these ...
@@ -35,6 +36,20 @@ class RoundStart(TypedDict):
     consensus_distance: float | None
 
 
+class NetworkRecord(TypedDict, total=False):
+    """The network a round used (p2pfl.network.RoundNetwork.record): the number of links (i hears from j counts
+    once) and a digest of them, who was crashed, back from sitting out, or straggling, each active peer's
+    in-degree, and ‖W_t − J‖₂ over the alive peers (up to p2pfl.rounds.SPECTRAL_MAX_PEERS peers)."""
+
+    links: int
+    digest: str
+    crashed: list[int]
+    rejoining: list[int]
+    straggling: list[int]
+    degree: dict[str, int]
+    sigma2: float
+
+
 class RoundRecord(RoundStart):
     """A finished round t >= 1; bytes count every neighbour message, times are the slowest rank's.
 
@@ -43,6 +58,7 @@ class RoundRecord(RoundStart):
     """
 
     active: list[int]
+    network: NetworkRecord
     bytes_sent: int
     bytes_recv: int
     bytes_sent_per_peer: dict[str, int]
@@ -51,6 +67,7 @@ class RoundRecord(RoundStart):
     time_wait_s: float
     time_local_s: float
     round_s: float
+    time_schedule_s: float
 
 
 class EvalRecord(TypedDict):
@@ -86,16 +103,18 @@ def round_start(consensus_distance: float | None) -> RoundStart:
 def round_record(round: int, elapsed_s: float, active: Iterable[int], per_peer: Mapping[int, Mapping[str, float]],
                  consensus_distance: float | None, sent: Mapping[int, int], recv: Mapping[int, int], *,
                  time_compute_s: float, time_comm_s: float, time_wait_s: float, time_local_s: float,
-                 round_s: float) -> RoundRecord:
+                 round_s: float, network: NetworkRecord, time_schedule_s: float) -> RoundRecord:
     """The record of round `round` from the peers' metrics (sorted by peer) and bytes sent/received per peer."""
-    record: dict[str, Any] = {"type": "round", "round": round, "elapsed_s": elapsed_s, "active": sorted(active)}
+    record: dict[str, Any] = {"type": "round", "round": round, "elapsed_s": elapsed_s, "active": sorted(active),
+                              "network": network}
     for key in sorted({k for m in per_peer.values() for k in m}):
         values = {str(p): m[key] for p, m in per_peer.items() if key in m}
         record[key] = values
         record[key + MEAN] = finite_mean(values.values())
     record.update(consensus_distance=consensus_distance, bytes_sent=sum(sent.values()), bytes_recv=sum(recv.values()),
                   bytes_sent_per_peer={str(p): v for p, v in sent.items()}, time_compute_s=time_compute_s,
-                  time_comm_s=time_comm_s, time_wait_s=time_wait_s, time_local_s=time_local_s, round_s=round_s)
+                  time_comm_s=time_comm_s, time_wait_s=time_wait_s, time_local_s=time_local_s, round_s=round_s,
+                  time_schedule_s=time_schedule_s)
     return record  # type: ignore[return-value]
 
 
@@ -307,6 +326,25 @@ class Alignment(TypedDict):
     gram_label_smoothing: float
 
 
+class NetworkManifest(TypedDict):
+    """How the network changes and fails (p2pfl.network.NetworkSchedule.describe): the kind (static,
+    resample, or a dynamic topology), the weights, the fault options as resolved (crashes: peer -> first round
+    down; stragglers: peer -> share of local steps), and the edges of the support graph."""
+
+    kind: str
+    directed: bool
+    weights: str
+    server: bool
+    participation: float
+    churn: float
+    link_failure: float
+    resample_p: float | None
+    crashes: dict[str, int]
+    stragglers: dict[str, float]
+    rejoin: str
+    support_edges: int
+
+
 class BaseManifest(TypedDict):
     """What every run records at start (p2pfl.runtime.manifest.base_manifest)."""
 
@@ -317,7 +355,8 @@ class BaseManifest(TypedDict):
     git_commit: str | None
     seeds: Seeds
     hosts: list[Host]
-    topology: TopologyRecord
+    topology: TopologyRecord  # a changing network: its support graph with W averaged over its first rounds
+    network: NetworkManifest
     method_defaults: dict[str, Any]  # the options that took the method's paper default (option: value)
 
 

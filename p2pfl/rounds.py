@@ -1,11 +1,12 @@
-"""The round machinery every method shares: participation, local update, exchange and mix, evaluation, logging.
+"""The round machinery every method shares: the round's network, rejoining, local update, exchange and mix,
+evaluation, logging.
 
 An algorithm supplies only what differs (`Algorithm`); `Runner` drives the synchronous rounds of SPEC §2 for
-the peers hosted by this rank, gathers the per-peer records to rank 0, and writes the run folder.
+the peers hosted by this rank over the network the schedule gives each round (p2pfl.network), gathers the
+per-peer records to rank 0, and writes the run folder.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,22 +21,27 @@ from p2pfl.comm.placement import Placement
 from p2pfl.comm.world import World
 from p2pfl.config import RunConfig
 from p2pfl.gossip import consensus_distance
+from p2pfl.network import NetworkSchedule, RoundNetwork
 from p2pfl.peerspec import PeersSpec
 from p2pfl.records import EvalRecord, RoundStart, Summary, eval_record, round_record, round_start, summary_record
 from p2pfl.runtime.checkpoint import load_peer, load_state, record_state, restore_record, save_peer, save_state
 from p2pfl.runtime.progress import Progress, summary_lines
 from p2pfl.runtime.runfolder import RunFolder
-from p2pfl.seeding import SHARED, numpy_rng
+
+#: Round records carry ‖W_t − J‖₂ (an SVD of W_t) up to this many peers.
+SPECTRAL_MAX_PEERS = 256
 
 
 @dataclass
 class RunContext:
-    """What an algorithm sees of the run: the configuration, the graph and its weights, this rank's peers."""
+    """What an algorithm sees of the run: the configuration, the graph (the support of every round's links) and
+    its static weights, the schedule of round networks, this rank's peers."""
 
     cfg: RunConfig
     world: World
     graph: nx.Graph
     W: np.ndarray
+    schedule: NetworkSchedule
     placement: Placement
     exchange: Exchange
     device: torch.device
@@ -62,8 +68,8 @@ class RunContext:
 class Algorithm:
     """A method: what a peer does locally, what it sends, how it combines, how it is evaluated.
 
-    The default round gossips `mix_vectors()` with the topology's weights; methods that exchange something
-    else override `communicate`.
+    Every round the runner sets `net`, the round's network (p2pfl.network.RoundNetwork: links, weights,
+    active, alive and straggling peers), then calls `rejoin`, `local_update` per active peer and `communicate`.
     """
 
     name = "base"
@@ -78,6 +84,12 @@ class Algorithm:
         self.cfg = ctx.cfg
         #: One record per local peer (a dataclass the method declares); checkpoints save them field by field.
         self.peers: dict[int, Any] = {}
+        #: The network of the current round (round 0, everyone up, until the first round starts).
+        self.net: RoundNetwork = ctx.schedule.at(0)
+
+    def alive_peers(self) -> list[int]:
+        """The local peers still up (not crashed) in the current round, ascending."""
+        return [p for p in sorted(self.peers) if p in self.net.alive]
 
     def setup(self) -> None:
         """Build the local peers' state (data, models). Bad input raises ValueError (reported once)."""
@@ -86,17 +98,22 @@ class Algorithm:
         """Peer's local work in `round`; returns its per-peer metrics (e.g. {"loss": ...})."""
         return {}
 
-    def communicate(self, round: int, active: set[int]) -> dict[int, dict[str, float]] | None:
-        """Exchange with neighbours and combine; may return per-peer metrics of this phase, which join the
-        peers' local-update metrics in the round record."""
+    def rejoin(self, round: int, net: RoundNetwork) -> None:
+        """Before local training: bring the peers back from sitting out (`net.rejoining`) up to date."""
+
+    def communicate(self, round: int, net: RoundNetwork) -> dict[int, dict[str, float]] | None:
+        """Exchange with neighbours along `net`'s links and combine; may return per-peer metrics of this phase,
+        which join the peers' local-update metrics in the round record."""
         return None
 
     def consensus_vectors(self) -> dict[int, torch.Tensor] | None:
-        """The local peers' mixed vectors for the consensus distance (None: not applicable)."""
+        """The local peers' mixed vectors for the consensus distance (None: not applicable); the runner keeps
+        those of alive peers."""
         return None
 
     def evaluate(self, round: int, final: bool) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
-        """Collective evaluation: (network-level metrics, valid on rank 0; per-peer metrics of local peers)."""
+        """Collective evaluation: (network-level metrics, valid on rank 0; per-peer metrics of the local peers
+        still alive)."""
         return {}, {}
 
     def summary(self) -> dict[str, Any]:
@@ -106,15 +123,6 @@ class Algorithm:
     def summary_lines(self, summary: Summary) -> list[str]:
         """The method's own lines of the closing summary printed by rank 0 (e.g. from its summary() entries)."""
         return []
-
-
-def active_peers(seed: int, round: int, n_peers: int, rho: float) -> set[int]:
-    """The ⌈rho·K⌉ peers active in `round`: a draw every rank makes identically (SPEC §2)."""
-    if rho >= 1.0:
-        return set(range(n_peers))
-    count = max(1, math.ceil(rho * n_peers))
-    rng = numpy_rng(seed, SHARED, f"participation/{round}")
-    return {int(p) for p in rng.choice(n_peers, size=count, replace=False)}
 
 
 def _merge(parts: list[dict]) -> dict:
@@ -211,22 +219,30 @@ class Runner:
         return state["round"]
 
     def _consensus(self) -> float | None:
+        """The consensus distance over the alive peers (collective)."""
         vectors = self.algo.consensus_vectors()
         if vectors is None:
             return None
-        return consensus_distance(self.world, vectors, self.ctx.n_peers)
+        alive = self.algo.net.alive
+        like = next(iter(vectors.values()))
+        return consensus_distance(self.world, {p: v for p, v in vectors.items() if p in alive}, len(alive), like=like)
 
     def _round(self, t: int) -> dict[str, Any]:
-        cfg, ctx = self.cfg, self.ctx
-        active = active_peers(cfg.seed, t, ctx.n_peers, cfg.participation)
+        ctx = self.ctx
+        ts = time.perf_counter()
+        net = ctx.schedule.at(t)
+        network = net.record(ctx.n_peers <= SPECTRAL_MAX_PEERS) if self.world.is_root else None
+        schedule_s = time.perf_counter() - ts
+        self.algo.net = net
         self._inject_fault(t)
         stats = ctx.exchange.stats
         sent0, recv0 = dict(stats.peer_sent), dict(stats.peer_recv)
         comm0, wait0 = stats.time_comm_s, stats.time_wait_s
         t0 = time.perf_counter()
-        per_peer = {p: self.algo.local_update(p, t) for p in ctx.local_peers if p in active}
+        self.algo.rejoin(t, net)
+        per_peer = {p: self.algo.local_update(p, t) for p in ctx.local_peers if p in net.active}
         t1 = time.perf_counter()
-        for p, metrics in (self.algo.communicate(t, active) or {}).items():
+        for p, metrics in (self.algo.communicate(t, net) or {}).items():
             per_peer.setdefault(p, {}).update(metrics)
         t2 = time.perf_counter()
         cd = self._consensus()
@@ -243,11 +259,11 @@ class Runner:
         if not self.world.is_root:
             return {}
         record = round_record(
-            t, time.time() - self.start_time, active, _merge([p["per_peer"] for p in parts]), cd,
+            t, time.time() - self.start_time, net.active, _merge([p["per_peer"] for p in parts]), cd,
             _merge([p["sent"] for p in parts]), _merge([p["recv"] for p in parts]),
             time_compute_s=max(p["compute_s"] for p in parts), time_comm_s=max(p["comm_s"] for p in parts),
             time_wait_s=max(p["wait_s"] for p in parts), time_local_s=max(p["local_s"] for p in parts),
-            round_s=time.perf_counter() - t0)
+            round_s=time.perf_counter() - ts, network=network, time_schedule_s=schedule_s)
         self._log(record)
         return record
 

@@ -5,6 +5,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import networkx as nx
 import numpy as np
 
 import topologies
@@ -12,7 +13,8 @@ from p2pfl import algorithms
 from p2pfl.comm.exchange import Exchange
 from p2pfl.comm.placement import Placement
 from p2pfl.comm.world import World
-from p2pfl.config import ResolvedRun, parse_args, resolve, to_yaml
+from p2pfl.config import ResolvedRun, RunConfig, parse_args, resolve, to_yaml
+from p2pfl.network import NetworkSchedule
 from p2pfl.records import Host, Seeds
 from p2pfl.rounds import Algorithm, RunContext, Runner
 from p2pfl.runtime.checkpoint import load_state
@@ -28,14 +30,17 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     cfg = run.cfg
     n_peers = cfg.peers
 
-    def build_graph():
-        params = {"p": cfg.p} if cfg.topology == "random" else {}
-        if cfg.topology == "file":
-            params = {"path": cfg.graph_file}
-        graph = topologies.build(cfg.topology, n_peers, seed=cfg.seed, **params)
-        return graph, topologies.mixing_matrix(graph, kind=cfg.mixing)
+    def build_network() -> tuple[nx.Graph, np.ndarray, NetworkSchedule, dict]:
+        graph = support_graph(cfg, n_peers)
+        schedule = NetworkSchedule.from_config(cfg, graph)
+        lonely = schedule.lonely(cfg.rounds)
+        if lonely:
+            option = f"--crash {cfg.crash}" if cfg.crash else f"--topology {cfg.topology}"
+            raise ValueError(f"{option}: peer(s) {lonely} would have no neighbour up in any round")
+        shown = shown_weights(schedule, cfg.rounds)
+        return graph, shown[1], schedule, topologies.describe(*shown)
 
-    graph, W = agree(world, build_graph)
+    graph, W, schedule, described = agree(world, build_network)
     device = agree(world, lambda: select_device(cfg.device, world.local_rank))
     configure_determinism(cfg.threads, device)
     placement = Placement(n_peers, world.size)
@@ -53,15 +58,54 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     if world.is_root:
         folder = RunFolder(run_dir, cfg, resume_round=resume_round)
         folder.update_manifest(**base_manifest(
-            cfg.to_dict(), world.size, hosts, topologies.describe(graph, W),
+            cfg.to_dict(), world.size, hosts, described, schedule.describe(),
             seeds=Seeds(seed=cfg.seed, streams="numpy/torch streams keyed by (seed, peer, purpose); "
                                                 "see p2pfl.seeding"), method_defaults=cfg.method_defaults()))
         if announce:
             print(f"p2pfl: {cfg.algorithm} on {cfg.topology}, {n_peers} peers on {world.size} rank(s); "
                   f"run folder {run_dir}", flush=True)
             print(placement_table(hosts), flush=True)
-    return RunContext(cfg=cfg, world=world, graph=graph, W=np.asarray(W), placement=placement,
+        warning = biased_consensus_warning(cfg)
+        if warning:
+            print(f"p2pfl: warning: {warning}", flush=True)
+    return RunContext(cfg=cfg, world=world, graph=graph, W=np.asarray(W), schedule=schedule, placement=placement,
                       exchange=exchange, device=device, run_dir=run_dir, folder=folder, spec=run.spec)
+
+
+def support_graph(cfg: RunConfig, n_peers: int) -> nx.Graph:
+    """The static graph, or for a changing one the union of every link a round may use (the exchange connects
+    exactly its ranks)."""
+    name = topologies.base.canonical(cfg.topology)
+    if name in topologies.DYNAMIC:
+        return topologies.DYNAMIC[name].support(n_peers)
+    if cfg.resample:
+        return topologies.build("complete", n_peers)
+    params = {"p": cfg.p} if name == "random" else {}
+    if name == "file":
+        params = {"path": cfg.graph_file}
+    return topologies.build(cfg.topology, n_peers, seed=cfg.seed, **params)
+
+
+#: A changing network's topology record shows its support with W averaged over at most this many rounds.
+SHOWN_ROUNDS = 32
+
+
+def shown_weights(schedule: NetworkSchedule, rounds: int) -> tuple[nx.Graph, np.ndarray]:
+    """The graph and W the manifest's topology record describes: the static ones, or for a changing network
+    its support with the mean W of its first rounds (everyone taking part, no failures)."""
+    if schedule.kind == "static":
+        return schedule.support, schedule.at(0).W
+    horizon = max(1, min(rounds, SHOWN_ROUNDS))
+    everyone = range(schedule.n)
+    return schedule.support, sum(schedule.at(t, active=everyone).W for t in range(1, horizon + 1)) / horizon
+
+
+def biased_consensus_warning(cfg: RunConfig) -> str | None:
+    """--weight-by-data makes W only row-stochastic except where data-weighted averaging is exact."""
+    if not cfg.weight_by_data or cfg.mixing == "server" or (cfg.topology == "complete" and cfg.mixing == "uniform"):
+        return None
+    return (f"--weight-by-data on {cfg.topology}/{cfg.mixing} makes W only row-stochastic: the peers drift to a "
+            "biased consensus, not the data-weighted average (exact on complete/uniform or star/server)")
 
 
 def build_algorithm(ctx: RunContext) -> Algorithm:

@@ -90,7 +90,9 @@ def make_run(root: Path, name: str, *, algorithm: str = "dec-ssl", topology: str
         folder.log(round_record(
             t, 2.0 * t, range(k), {i: {"loss": 1.0 / t + 0.01 * i} for i in range(k)} if loss else {}, distance(t),
             {i: bytes_per_peer for i in range(k)}, {i: bytes_per_peer for i in range(k)}, time_compute_s=1.0,
-            time_comm_s=0.5, time_wait_s=0.1, time_local_s=0.9, round_s=2.0))
+            time_comm_s=0.5, time_wait_s=0.1, time_local_s=0.9, round_s=2.0, time_schedule_s=0.001,
+            network={"links": 2 * k, "digest": "00000000", "crashed": [], "rejoining": [], "straggling": [],
+                     "degree": {str(i): 2 for i in range(k)}, "sigma2": 1.0 - 1.0 / k}))
         if evals and (eval_rounds is None or t in eval_rounds):
             final = t == rounds
             pp = {} if not final else per_peer if per_peer is not None else {
@@ -179,7 +181,8 @@ def test_plot_run_writes_every_plot_as_png(tmp_path):
     path = make_run(tmp_path, "r", rounds=6, peers_spec=spec)
     written = plot_run(load_run(path))
     names = {p.name for p in written}
-    assert names == {"metrics.png", "consensus.png", "topology.png", "partition.png", "per_peer.png"}
+    assert names == {"metrics.png", "consensus.png", "topology.png", "partition.png", "per_peer.png",
+                     "per_peer_degree.png"}
     for p in written:
         assert p.parent == path / "plots"
         assert_png(p)
@@ -196,10 +199,21 @@ def test_plot_run_skips_missing_data(tmp_path):
     assert_png(written[0])
     # a method without a loss, a consensus distance or a data partition (FedMuscle records none of these)
     path = make_run(tmp_path, "m", rounds=3, loss=False, consensus=False, partition=False)
-    assert sorted(p.name for p in plot_run(load_run(path))) == ["metrics.png", "per_peer.png", "topology.png"]
+    assert sorted(p.name for p in plot_run(load_run(path))) == ["metrics.png", "per_peer.png", "per_peer_degree.png",
+                                                                "topology.png"]
     # a run that has just started: config.yaml and an empty metrics.jsonl
     RunFolder(tmp_path / "bare", make_config(algorithm="dec-ssl", peers=4)).close()
     assert plot_run(load_run(tmp_path / "bare")) == []
+
+
+def test_spectral_prediction_multiplies_the_recorded_sigma2_squared(tmp_path):
+    """The synthetic run shrinks its consensus distance by exactly sigma2² = (1 - 1/K)² a round."""
+    run = load_run(make_run(tmp_path, "r", rounds=6))
+    xs, ys = run.spectral_prediction()
+    assert xs == [float(t) for t in range(7)]
+    measured = run.series("consensus_distance")[1]
+    np.testing.assert_allclose(ys, measured, rtol=1e-12)
+    assert run.mean_degree() == {str(i): 2.0 for i in range(4)}
 
 
 def grouped_metrics(t: int) -> dict:

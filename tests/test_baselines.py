@@ -109,7 +109,7 @@ def test_scaffold_mixes_control_variates_as_a_second_message(tmp_path: Path) -> 
     controls = torch.stack([algo.peers[p].c_local.double() for p in peers])
     stats = algo.ctx.exchange.stats
     sent0 = dict(stats.peer_sent)
-    algo.communicate(1, set(peers))
+    algo.communicate(1, algo.ctx.schedule.at(1, active=set(peers)))
     for p in peers:  # complete + uniform: the mix is the mean, i.e. SCAFFOLD's server control variate
         torch.testing.assert_close(algo.peers[p].c_mix.double(), controls.mean(0), rtol=0, atol=1e-6)
         assert not torch.equal(algo.peers[p].c_mix, algo.peers[p].c_local)  # the peer keeps its own c_i

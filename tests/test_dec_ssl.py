@@ -8,8 +8,6 @@ import pytest
 import torch
 from torch import nn
 
-from p2pfl.gossip import mixing_row
-
 from conftest import run_job
 from helpers_inproc import setup_algorithm
 
@@ -29,7 +27,7 @@ def _fill_distinct(models: dict[int, nn.Module]) -> dict[int, dict[str, torch.Te
 def test_fedbn_never_mixes_batchnorm_and_mixes_everything_else(tmp_path: Path, fedbn: bool) -> None:
     algo = setup_algorithm(tmp_path, algorithm="dec-ssl", model="resnet-small", fedbn=fedbn, topology="cycle")
     before = _fill_distinct({p: peer.model for p, peer in algo.peers.items()})
-    algo.communicate(1, set(range(4)))
+    algo.communicate(1, algo.ctx.schedule.at(1, active=set(range(4))))
     bn_modules = (nn.BatchNorm1d, nn.BatchNorm2d)
     bn_names = {f"{m}.{t}" for m, mod in algo.peers[0].model.named_modules() if isinstance(mod, bn_modules)
                 for t in ("weight", "bias", "running_mean", "running_var")}
@@ -39,7 +37,7 @@ def test_fedbn_never_mixes_batchnorm_and_mixes_everything_else(tmp_path: Path, f
         for name, value in state.items():
             if not value.is_floating_point():
                 continue
-            expected = sum(w * before[j][name] for j, w in mixing_row(algo.ctx.W, p, set(range(4))))
+            expected = sum(w * before[j][name] for j, w in algo.ctx.schedule.at(1).row(p))
             if fedbn and name in bn_names:
                 assert torch.equal(value, before[p][name]), name
             else:

@@ -133,7 +133,7 @@ def test_alignment_phase_changes_only_the_representation_model(tmp_path: Path) -
     for p in range(4):
         algo.local_update(p, 1)
     before = {p: snapshot(algo.peers[p].model) for p in range(4)}
-    algo.communicate(1, set(range(4)))
+    algo.communicate(1, algo.ctx.schedule.at(1, active=set(range(4))))
     for p in range(4):
         model = algo.peers[p].model
         rep = {n for n, _ in model.named_parameters() if n.startswith(("encoder.", "projection."))}
@@ -178,7 +178,7 @@ def test_alignment_with_partial_participation_leaves_inactive_peers_alone(tmp_pa
     algo = make_algorithm(tmp_path, two_family_spec(), 4, dataset="synthetic", train_subset=400, local_steps=1,
                           batch_size=16, contrastive_steps=1, muscle_m=3, rep_dim=16, public_batch=8)
     before = {p: snapshot(algo.peers[p].model) for p in range(4)}
-    algo.communicate(1, {0, 2, 3})
+    algo.communicate(1, algo.ctx.schedule.at(1, active={0, 2, 3}))
     assert changed(before[1], algo.peers[1].model) == set()
     assert {p for p, peer in algo.peers.items() if peer.last_align is not None} == {0, 2, 3}
     assert algo.ctx.exchange.stats.peer_sent.get(1, 0) == 0
@@ -215,7 +215,7 @@ def test_lora_peer_changes_only_adapters_and_heads(tmp_path: Path, tiny_hf_vit: 
         for p in range(3):
             algo.local_update(p, t)
         mid = snapshot(model)
-        algo.communicate(t, {0, 1, 2})
+        algo.communicate(t, algo.ctx.schedule.at(t, active={0, 1, 2}))
         assert not any(n.startswith("head.") for n in changed(mid, model))  # alignment: no head
     moved = changed(start, model)
     assert moved <= trainable  # the pretrained backbone is frozen
@@ -239,7 +239,7 @@ def test_hf_peer_and_cnn_peers_align(tmp_path: Path, tiny_hf_vit: Path) -> None:
     for t in range(1, 7):
         for p in range(3):
             algo.local_update(p, t)
-        algo.communicate(t, {0, 1, 2})
+        algo.communicate(t, algo.ctx.schedule.at(t, active={0, 1, 2}))
         per_round.append([algo.peers[p].last_align for p in range(3)])
     last = fixed_batch_losses()
     for p in range(3):

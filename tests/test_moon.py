@@ -51,7 +51,7 @@ def one_round(algo, round: int, active: set[int] | None = None) -> dict[int, tor
     for p in sorted(active):
         algo.local_update(p, round)
         trained[p] = state_vector(algo.peers[p].model)
-    algo.communicate(round, active)
+    algo.communicate(round, algo.ctx.schedule.at(round, active=active))
     return trained
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from topologies import from_file, generators  # noqa: F401  (register the builtins)
 from topologies.base import TopologyError, build, names, register, registry
+from topologies.dynamic import DYNAMIC, Dynamic, both_ways, dynamic_names, register_dynamic
 from topologies.from_file import read_graph
 from topologies.mixing import KINDS as MIXING_KINDS
 from topologies.mixing import mixing_matrix, register_mixing
@@ -16,15 +17,20 @@ from topologies.plot import draw
 from topologies.stats import describe, statistics
 
 __all__ = [
+    "DYNAMIC",
+    "Dynamic",
     "MIXING_KINDS",
     "TopologyError",
+    "both_ways",
     "build",
     "describe",
     "draw",
+    "dynamic_names",
     "mixing_matrix",
     "names",
     "read_graph",
     "register",
+    "register_dynamic",
     "register_mixing",
     "registry",
     "statistics",

@@ -39,21 +39,23 @@ def complete(n: int, seed: int = 0) -> nx.Graph:
     return _graph(n, [(i, j) for i in range(n) for j in range(i + 1, n)])
 
 
-@register("random")
-def erdos_renyi(n: int, seed: int = 0, p: float = 0.7, max_tries: int = 100) -> nx.Graph:
-    """Erdős–Rényi G(n, p) from the shared "topology" stream, redrawn while disconnected (at most max_tries draws)."""
+def sample_gnp(rng: np.random.Generator, n: int, p: float, max_tries: int = 100,
+               what: str = "random topology") -> nx.Graph:
+    """A connected Erdős–Rényi G(n, p) from `rng`: drawn again while disconnected, at most max_tries times."""
     if not 0.0 < float(p) <= 1.0:
-        raise TopologyError(f"random topology: p must be in (0, 1], got {p!r}")
+        raise TopologyError(f"{what}: p must be in (0, 1], got {p!r}")
     if isinstance(max_tries, bool) or not isinstance(max_tries, int) or max_tries < 1:
-        raise TopologyError(f"random topology: max_tries must be an integer >= 1, got {max_tries!r}")
-    rng = numpy_rng(seed, SHARED, "topology")
+        raise TopologyError(f"{what}: max_tries must be an integer >= 1, got {max_tries!r}")
     rows, cols = np.triu_indices(n, k=1)
     for _ in range(max_tries):
         keep = rng.random(rows.size) < p
         g = _graph(n, np.stack([rows[keep], cols[keep]], axis=1))
         if nx.is_connected(g):
             return g
-    raise TopologyError(
-        f"random topology: G(n={n}, p={p}) was disconnected in all {max_tries} draws (seed {seed}); "
-        "raise p or max_tries"
-    )
+    raise TopologyError(f"{what}: G(n={n}, p={p}) was disconnected in all {max_tries} draws; raise p or max_tries")
+
+
+@register("random")
+def erdos_renyi(n: int, seed: int = 0, p: float = 0.7, max_tries: int = 100) -> nx.Graph:
+    """Erdős–Rényi G(n, p) from the shared "topology" stream, redrawn while disconnected (at most max_tries draws)."""
+    return sample_gnp(numpy_rng(seed, SHARED, "topology"), n, p, max_tries, what=f"random topology (seed {seed})")

@@ -56,6 +56,14 @@ def max_degree(a: np.ndarray) -> np.ndarray:
     return _self_weight(a / (1.0 + a.sum(axis=1).max()))
 
 
+@register_mixing("server")
+def server(a: np.ndarray) -> np.ndarray:
+    """The star as a server (--mixing server): the hub averages everyone and sends the average back, W = 11ᵀ/K.
+
+    The weights are those of complete/uniform; p2pfl.network moves them over the star's two hops."""
+    return np.full(a.shape, 1.0 / len(a))
+
+
 def mixing_matrix(graph: nx.Graph, kind: str = "metropolis") -> np.ndarray:
     """The K×K float64 gossip matrix of ``graph`` for a registered mixing kind ("metropolis" by default)."""
     key = canonical(kind)

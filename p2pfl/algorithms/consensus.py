@@ -1,7 +1,9 @@
 """Gossip averaging of random vectors: the runtime's own check against the spectral theory (SPEC §1–§2).
 
 Every peer starts from a seeded random vector and mixes it with its neighbours each round. Under a doubly
-stochastic W the average is preserved and the consensus distance falls like |λ2|^(2t).
+stochastic W the average is preserved and the consensus distance falls like |λ2|^(2t). There is no local
+training, so a peer back from sitting out holds nothing stale: consensus ignores --rejoin and, under
+Metropolis, keeps the mean through failures, churn and resampling.
 """
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import torch
 
 from p2pfl.algorithms.peer import ConsensusPeer
 from p2pfl.gossip import exact_mean, gossip
+from p2pfl.network import RoundNetwork
 from p2pfl.rounds import Algorithm, RunContext
 from p2pfl.seeding import torch_generator
 
@@ -26,20 +29,27 @@ class Consensus(Algorithm):
         size = self.cfg.vector_size
         for p in self.ctx.local_peers:
             gen = torch_generator(self.cfg.seed, p, "init")
-            self.peers[p] = ConsensusPeer(id=p, x=torch.randn(size, generator=gen).to(self.ctx.device))
+            x = torch.randn(size, generator=gen, dtype=getattr(torch, self.cfg.vector_dtype))
+            self.peers[p] = ConsensusPeer(id=p, x=x.to(self.ctx.device))
         self.initial_mean = exact_mean(self.ctx.world, self.consensus_vectors(), self.ctx.n_peers)
 
-    def communicate(self, round: int, active: set[int]) -> None:
-        for p, x in gossip(self.ctx.exchange, self.ctx.W, self.consensus_vectors(), round, active).items():
+    def communicate(self, round: int, net: RoundNetwork) -> None:
+        vectors = {p: peer.x for p, peer in self.peers.items() if p in net.active}
+        for p, x in gossip(self.ctx.exchange, net, vectors, round).items():
             self.peers[p].x = x
 
     def consensus_vectors(self) -> dict[int, torch.Tensor]:
         return {p: peer.x for p, peer in self.peers.items()}
 
     def evaluate(self, round: int, final: bool) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
+        """The shift of the mean of all K vectors (crashed peers' kept as they were: the quantity gossip
+        preserves) and each alive peer's distance to the mean of the alive ones."""
         mean = exact_mean(self.ctx.world, self.consensus_vectors(), self.ctx.n_peers)
         assert self.initial_mean is not None
         shift = float((mean - self.initial_mean).norm() / self.initial_mean.norm())
-        per_peer = {p: {"distance_to_mean": float((peer.x.double().cpu() - mean).norm() / mean.norm())}
-                    for p, peer in self.peers.items()}
+        alive = self.alive_peers()
+        like = self.peers[self.ctx.local_peers[0]].x
+        alive_mean = exact_mean(self.ctx.world, {p: self.peers[p].x for p in alive}, len(self.net.alive), like=like)
+        per_peer = {p: {"distance_to_mean": float((self.peers[p].x.double().cpu() - alive_mean).norm()
+                                                  / alive_mean.norm())} for p in alive}
         return {"mean_shift": shift}, per_peer

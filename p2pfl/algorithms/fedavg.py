@@ -29,6 +29,7 @@ from p2pfl.algorithms.scoring import classifier_scores
 from p2pfl.data import supervised_augment
 from p2pfl.gossip import gossip
 from p2pfl.models import MoonNet, build_encoder
+from p2pfl.network import RoundNetwork
 
 MOON_PROJ_DIM = 256  # MOON's out_dim (the projection width of ModelFedCon), fixed as in the paper
 FEDPROX_MU = 0.01
@@ -179,9 +180,9 @@ class Scaffold(FedAvg):
         peer.c_local = peer.c_local - peer.c_mix + (peer.w_start - w) / (steps * lr)
         peer.correction = None
 
-    def communicate(self, round: int, active: set[int]) -> None:
-        super().communicate(round, active)
-        controls = {p: peer.c_local for p, peer in self.peers.items() if p in active}
-        mixed = gossip(self.ctx.exchange, self.ctx.W, controls, round, active, sizes=None, kind="control")
+    def communicate(self, round: int, net: RoundNetwork) -> None:
+        super().communicate(round, net)
+        controls = {p: peer.c_local for p, peer in self.peers.items() if p in net.active}
+        mixed = gossip(self.ctx.exchange, net, controls, round, sizes=None, kind="control")
         for p, vec in mixed.items():
             self.peers[p].c_mix = vec

@@ -47,6 +47,7 @@ from p2pfl.evaluation import features, multilabel_scores
 from p2pfl.losses import GRAM_DEFAULT_TAU, MUSCLE_TAU, MUSCLE_TAU_PREV
 from p2pfl.losses.align import GRAM_LABEL_SMOOTHING, align_loss
 from p2pfl.models import RepresentationNet, SupervisedNet, build_encoder, count_parameters, init_model
+from p2pfl.network import RoundNetwork
 from p2pfl.peerspec import PeersSpec, uniform_spec
 from p2pfl.records import Summary
 from p2pfl.rounds import RunContext
@@ -187,12 +188,12 @@ class FedMuscle(LocalTrainer):
         peer.model.train()
         return F.normalize(peer.model.represent(x).float(), dim=1)
 
-    def communicate(self, round: int, active: set[int]) -> dict[int, dict[str, float]] | None:
+    def communicate(self, round: int, net: RoundNetwork) -> dict[int, dict[str, float]] | None:
         cfg = self.cfg
         if not self.communicates or cfg.contrastive_steps == 0:
             return None
         assert self.work is not None
-        local = [peer for p, peer in self.peers.items() if p in active]
+        local = [peer for p, peer in self.peers.items() if p in net.active]
         opts = {peer.id: self.for_round(peer.rep_optimizer, round) for peer in local}
         aligned: dict[int, dict[str, float]] = {}
         for step in range(cfg.contrastive_steps):
@@ -200,7 +201,7 @@ class FedMuscle(LocalTrainer):
             idx = torch.as_tensor(idx_np, device=self.ctx.device)
             reps = {peer.id: self.represent(peer, idx) for peer in local}
             payloads = {p: z.detach().contiguous() for p, z in reps.items()}
-            inbox = self.ctx.exchange.exchange(payloads, round, kind="reps", active=active)
+            inbox = self.ctx.exchange.exchange(payloads, round, kind="reps", links=net.incoming)
             for peer in local:
                 p = peer.id
                 peer.public_digest = zlib.crc32(idx_np.astype(np.int64).tobytes(), peer.public_digest)
@@ -240,7 +241,7 @@ class FedMuscle(LocalTrainer):
         return out
 
     def evaluate(self, round: int, final: bool) -> tuple[dict[str, float], dict[int, dict[str, Any]]]:
-        per_peer = {p: self.score_peer(peer) for p, peer in self.peers.items()}
+        per_peer = {p: self.score_peer(self.peers[p]) for p in self.alive_peers()}
         mine = {p: (self.peers[p].task.entry.task, m["task_metric"]) for p, m in per_peer.items()}
         world = self.ctx.world
         parts = world.gather(mine)
@@ -266,15 +267,16 @@ class FedMuscle(LocalTrainer):
             sent.update(part)
         rounds = max(1, cfg.rounds)
         steps = cfg.contrastive_steps if self.communicates else 0
-        degrees = [ctx.graph.degree(p) for p in range(ctx.n_peers)]
+        links = [ctx.schedule.at(t).links for t in range(1, cfg.rounds + 1)] or [0]
         m_server = min(cfg.muscle_m, ctx.n_peers - 1)
         server = server_bytes_per_round(ctx.n_peers, steps, cfg.public_batch, cfg.rep_dim, m_server)
         return {"communication": {
             "bytes_sent_per_peer_round": sum(sent.values()) / (len(sent) * rounds),
             "bytes_sent_per_peer_round_by_peer": {str(p): v / rounds for p, v in sorted(sent.items())},
             "p2p_formula": "each active peer sends T*deg*B*d*4 bytes a round (its B x d float32 Z to each "
-                           "neighbour, every contrastive step) and receives as much",
-            "p2p_bytes_per_peer_round_expected": steps * (sum(degrees) / len(degrees)) * cfg.public_batch
+                           "neighbour it has that round, every contrastive step) and receives as much; averaged "
+                           "over peers and rounds that is T*(links per round / K)*B*d*4",
+            "p2p_bytes_per_peer_round_expected": steps * (sum(links) / len(links) / ctx.n_peers) * cfg.public_batch
                                                   * cfg.rep_dim * FLOAT_BYTES,
             "server_formula": "paper's server design, full participation, float32: per peer and step the "
                               "uplink is B*d and the downlink B^M*(d+1) (S^n: B^M x d aggregated sums, alpha^n: "

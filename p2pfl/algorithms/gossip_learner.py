@@ -18,8 +18,9 @@ from p2pfl.algorithms.trainer import LocalTrainer
 from p2pfl.data import ImageDataset, PeerData
 from p2pfl.data.workload import Workload, load_workload
 from p2pfl.evaluation import weight_drift
-from p2pfl.gossip import exact_mean, gossip
+from p2pfl.gossip import exact_mean, gossip, pull
 from p2pfl.models import MixableState, init_model
+from p2pfl.network import RoundNetwork
 from p2pfl.rounds import RunContext
 from p2pfl.seeding import SHARED, torch_generator
 
@@ -94,11 +95,23 @@ class GossipLearner(LocalTrainer):
         assert self.work is not None
         return self.work.sizes()
 
-    def communicate(self, round: int, active: set[int]) -> None:
+    def active_vectors(self, net: RoundNetwork) -> dict[int, torch.Tensor]:
+        """The mixable state of the local active peers, flattened into their message buffers."""
+        return {p: peer.mixable.flatten(peer.buffer) for p, peer in self.peers.items() if p in net.active}
+
+    def communicate(self, round: int, net: RoundNetwork) -> None:
         if not self.communicates:
             return
-        vectors = {p: peer.mixable.flatten(peer.buffer) for p, peer in self.peers.items() if p in active}
-        mixed = gossip(self.ctx.exchange, self.ctx.W, vectors, round, active, self.mix_sizes())
+        mixed = gossip(self.ctx.exchange, net, self.active_vectors(net), round, self.mix_sizes())
+        for p, vec in mixed.items():
+            self.peers[p].mixable.unflatten_(vec)
+
+    def rejoin(self, round: int, net: RoundNetwork) -> None:
+        """--rejoin mix: a peer back from sitting out first takes its fresh neighbours' mix (p2pfl.gossip.pull)
+        and trains from there, as a FedAvg client starts from the current global model."""
+        if not self.communicates or self.cfg.rejoin != "mix" or not net.rejoining:
+            return
+        mixed = pull(self.ctx.exchange, net, self.active_vectors(net), round, net.rejoining, self.mix_sizes())
         for p, vec in mixed.items():
             self.peers[p].mixable.unflatten_(vec)
 
@@ -107,9 +120,11 @@ class GossipLearner(LocalTrainer):
 
     # ------------------------------------------------------------------ evaluation
     def average_model(self) -> nn.Module:
-        """The network average x̄ of the peers' full states (BatchNorm included); collective."""
-        mean = exact_mean(self.ctx.world, {p: peer.full.flatten() for p, peer in self.peers.items()},
-                          self.ctx.n_peers)
+        """The network average x̄ of the alive peers' full states (BatchNorm included); collective."""
+        alive = self.alive_peers()
+        like = self.peers[self.ctx.local_peers[0]].full.flatten()
+        mean = exact_mean(self.ctx.world, {p: self.peers[p].full.flatten() for p in alive}, len(self.net.alive),
+                          like=like)
         model = self.new_model()
         MixableState(model).unflatten_(mean.float().to(self.ctx.device))
         return model
@@ -123,16 +138,19 @@ class GossipLearner(LocalTrainer):
         per_peer: dict[int, dict[str, float]] = {}
         if final:
             between = self.neighbour_drift(round)
-            for p, peer in self.peers.items():
+            for p in self.alive_peers():
+                peer = self.peers[p]
                 peer.model.eval()
                 per_peer[p] = {**self.score(peer.model, p, final), "drift_to_avg": weight_drift(peer.model, avg),
                                "drift_to_neighbours": between[p]}
         return metrics, per_peer
 
     def neighbour_drift(self, round: int) -> dict[int, float]:
-        """Mean d_w between each local peer and its graph neighbours (one extra exchange of full states)."""
-        vectors = {p: peer.full.flatten() for p, peer in self.peers.items()}
-        inbox = self.ctx.exchange.exchange(vectors, round, kind="params")
+        """Mean d_w between each alive local peer and its alive neighbours in the support graph (one extra
+        exchange of full states)."""
+        vectors = {p: self.peers[p].full.flatten() for p in self.alive_peers()}
+        links = self.ctx.exchange.all_links(self.net.alive)
+        inbox = self.ctx.exchange.exchange(vectors, round, kind="params", links=links)
         out = {}
         for p, received in inbox.items():
             state = self.peers[p].full

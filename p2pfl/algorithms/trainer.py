@@ -99,10 +99,14 @@ class LocalTrainer(Algorithm):
         return max(2, min(self.cfg.batch_size, len(peer.data)))
 
     def steps(self, peer: Peer) -> int:
+        """Local steps of the peer this round: --local-steps, else --local-epochs of its shard; a straggler
+        (--stragglers) does its share of them, at least one."""
         if self.cfg.local_steps is not None:
-            return self.cfg.local_steps
-        per_epoch = peer.data.steps_per_epoch(self.batch_size(peer))
-        return max(1, round(self.cfg.local_epochs * per_epoch))
+            full = self.cfg.local_steps
+        else:
+            full = max(1, round(self.cfg.local_epochs * peer.data.steps_per_epoch(self.batch_size(peer))))
+        work = self.net.work_fraction(peer.id)
+        return full if work >= 1.0 else max(1, round(work * full))
 
     def local_update(self, peer_id: int, round: int) -> dict[str, float]:
         peer = self.peers[peer_id]

@@ -1,10 +1,16 @@
-"""The wire: every peer sends one buffer to each neighbour and receives one from each, along graph edges only.
+"""The wire: along the links of a round (receiver <- senders, edges of the support graph only), every sending
+peer's buffer reaches each of its receivers once.
 
 Co-located peers hand each other their tensors through memory. Peers on other ranks exchange over an MPI
 distributed-graph communicator that links exactly the ranks hosting adjacent peers. A message is one contiguous
 buffer (a flattened parameter vector or a representation matrix), never pickled; a buffer that a rank sends to
 several peers on the same remote rank travels once. Buffers larger than `chunk_bytes` travel in chunks, so
 vectors over 2 GiB work. GPU tensors are staged through pinned host memory unless MPI is CUDA-aware.
+
+A call names its links: for each receiving peer, the peers it hears from (by default every graph neighbour).
+Links may be one-way (the one-peer exponential graph, a server's two hops) and change every round; every rank
+computes the same links, so a rank posts exactly the receives that will be matched and no wait is for a peer
+that is not coming. The communicator links the ranks of the support graph (every edge any round may use).
 
 Matching is by order: for each pair of ranks, both sides list the (sending peer) messages in ascending peer
 order, and MPI keeps messages with the same source, tag and communicator in order. The tag carries the sending
@@ -13,7 +19,7 @@ peer and the message kind, so a missing message shows up as a wait on that very 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -26,6 +32,7 @@ from p2pfl.comm.watchdog import Watchdog
 from p2pfl.comm.world import World
 
 KINDS = {"params": 1, "reps": 2, "control": 3, "test": 4}
+Links = Mapping[int, Sequence[int]]  # receiving peer -> the peers it hears from (a global view, the same on every rank)
 TIMEOUT_EXIT = 3  # exit status of a job whose exchange waited past --timeout
 _PEER_TAG_SPAN = 4096
 
@@ -76,7 +83,7 @@ class Exchange:
         self.chunk_bytes = max(1, int(chunk_bytes))
         self.cuda_aware = cuda_aware
         self.local_peers = placement.peers_of(world.rank)
-        self.neighbors = {p: sorted(int(q) for q in graph.neighbors(p)) for p in graph.nodes}
+        self.neighbors = {p: tuple(sorted(int(q) for q in graph.neighbors(p))) for p in graph.nodes}
         self.stats = CommStats()
         self.silent: set[int] = set()  # testing aid: peers that send nothing
         remote = sorted({placement.rank_of(q) for p in self.local_peers for q in self.neighbors[p]} - {world.rank})
@@ -90,18 +97,29 @@ class Exchange:
         """The watchdog's default: the message is printed already; end every rank with TIMEOUT_EXIT."""
         self.world.abort(TIMEOUT_EXIT)
 
-    def _plan(self, active: set[int]) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    def _plan(self, links: Links) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
         """Per remote rank: the local peers whose buffer goes there, and the remote peers whose buffer comes here."""
-        sends: dict[int, list[int]] = {}
-        recvs: dict[int, list[int]] = {}
-        for rank in self.remote_ranks:
-            peers = self.placement.peers_of(rank)
-            sends[rank] = [p for p in self.local_peers if p in active
-                           and any(q in active and self.placement.rank_of(q) == rank for q in self.neighbors[p])]
-            recvs[rank] = [q for q in peers if q in active
-                           and any(p in active and self.placement.rank_of(p) == self.world.rank
-                                   for p in self.neighbors[q])]
-        return sends, recvs
+        me = self.world.rank
+        sends: dict[int, set[int]] = defaultdict(set)
+        recvs: dict[int, set[int]] = defaultdict(set)
+        for receiver, senders in links.items():
+            at = self.placement.rank_of(receiver)
+            for q in senders:
+                src = self.placement.rank_of(q)
+                if at == me and src != me:
+                    recvs[src].add(q)
+                elif src == me and at != me:
+                    sends[at].add(q)
+        outside = (set(sends) | set(recvs)) - set(self.remote_ranks)
+        if outside:
+            raise ValueError(f"exchange: links to rank(s) {sorted(outside)} outside the support graph")
+        return ({r: sorted(sends.get(r, ())) for r in self.remote_ranks},
+                {r: sorted(recvs.get(r, ())) for r in self.remote_ranks})
+
+    def all_links(self, peers: Iterable[int] | None = None) -> dict[int, tuple[int, ...]]:
+        """Every support edge both ways among `peers` (default: all peers): the static exchange."""
+        keep = set(self.neighbors) if peers is None else set(peers)
+        return {p: tuple(q for q in self.neighbors[p] if q in keep) for p in sorted(keep)}
 
     def _chunks(self, flat: np.ndarray) -> Iterable[np.ndarray]:
         raw = flat.view(np.uint8)
@@ -143,37 +161,40 @@ class Exchange:
         return buf
 
     def exchange(self, payloads: dict[int, torch.Tensor], round: int, kind: str = "params",
-                 active: set[int] | None = None) -> dict[int, dict[int, torch.Tensor]]:
-        """Send each local active peer's payload to its active neighbours; return, per local active peer,
-        {neighbour: tensor} in ascending neighbour order.
+                 links: Links | None = None) -> dict[int, dict[int, torch.Tensor]]:
+        """Send local peers' payloads along `links` (receiver -> senders; default every support edge both ways);
+        return, per local receiver of `links`, {sender: tensor} in ascending sender order.
 
-        All payloads of one call share shape and dtype. Received tensors live in buffers reused by the next
-        call of the same kind: consume them before then.
+        Every local sender needs a payload; all payloads of one call share shape and dtype, and a rank with
+        local receivers holds at least one payload (its shape is what arrives). Received tensors live in
+        buffers reused by the next call of the same kind: consume them before then.
         """
-        active = set(range(self.placement.n_peers)) if active is None else set(active)
-        local_active = [p for p in self.local_peers if p in active]
-        if not local_active:
-            return {}
-        sample = payloads[local_active[0]]
-        received = self._exchange_remote(payloads, sample, round, kind, active, local_active)
+        links = self.all_links() if links is None else links
+        receivers = [p for p in self.local_peers if p in links]
+        if not payloads:
+            if receivers and any(links[p] for p in receivers):
+                raise ValueError(f"exchange: rank {self.world.rank} receives for {receivers} but holds no payload")
+            return {p: {} for p in receivers}
+        sample = next(iter(payloads.values()))
+        received = self._exchange_remote(payloads, sample, round, kind, links, receivers)
         t0 = MPI.Wtime()
-        out = self._inboxes(payloads, received, sample, active, local_active)
+        out = self._inboxes(payloads, received, sample, links, receivers)
         self.stats.time_comm_s += MPI.Wtime() - t0
         return out
 
     def _exchange_remote(self, payloads: dict[int, torch.Tensor], sample: torch.Tensor, round: int, kind: str,
-                         active: set[int], local_active: list[int]) -> dict[int, torch.Tensor]:
+                         links: Links, receivers: list[int]) -> dict[int, torch.Tensor]:
         """Plan, post receives, post sends, wait: returns the receive buffer of each remote sending peer
         (none in one process, where every neighbour is co-located)."""
         if self.comm is None:
             return {}
         t0 = MPI.Wtime()
-        sends, recvs = self._plan(active)
+        sends, recvs = self._plan(links)
         posted = _Posted()
         self._post_receives(posted, recvs, sample, kind)
         self._post_sends(posted, sends, payloads, kind)
         t1 = MPI.Wtime()
-        self._wait(posted, local_active, round)
+        self._wait(posted, links, receivers, round)
         t2 = MPI.Wtime()
         self.stats.time_comm_s += t1 - t0
         self.stats.time_wait_s += t2 - t1
@@ -203,28 +224,28 @@ class Exchange:
                 self.stats.wire_sent[rank] += _nbytes(view)
 
     def _inboxes(self, payloads: dict[int, torch.Tensor], received: dict[int, torch.Tensor], sample: torch.Tensor,
-                 active: set[int], local_active: list[int]) -> dict[int, dict[int, torch.Tensor]]:
-        """Per local active peer, its active neighbours' tensors: a co-located neighbour's payload itself, a
-        remote one's receive buffer (on the payloads' device). Counts the logical bytes of every edge."""
+                 links: Links, receivers: list[int]) -> dict[int, dict[int, torch.Tensor]]:
+        """Per local receiver, its senders' tensors: a co-located sender's payload itself, a remote one's receive
+        buffer (on the payloads' device). Counts the logical bytes of every link at both of its ends."""
         nbytes = sample.numel() * sample.element_size()
         out: dict[int, dict[int, torch.Tensor]] = {}
-        for p in local_active:
+        for p in receivers:
             inbox = {}
-            for q in self.neighbors[p]:
-                if q not in active:
-                    continue
+            for q in sorted(links[p]):
                 if q in payloads:
                     inbox[q] = payloads[q]
                 else:
                     buf = received[q]
                     inbox[q] = buf.to(sample.device, non_blocking=True) if buf.device != sample.device else buf
                 self.stats.peer_recv[p] += nbytes
-                if p not in self.silent:
-                    self.stats.peer_sent[p] += nbytes
             out[p] = inbox
+        for senders in links.values():
+            for q in senders:
+                if q in payloads and q not in self.silent:
+                    self.stats.peer_sent[q] += nbytes
         return out
 
-    def _wait(self, posted: _Posted, local_active: list[int], round: int) -> None:
+    def _wait(self, posted: _Posted, links: Links, receivers: list[int], round: int) -> None:
         """Wait for every request; past the timeout the watchdog names a missing neighbour and the round."""
         requests, waiting = posted.requests, posted.waiting
         if not requests:
@@ -237,7 +258,7 @@ class Exchange:
                 return (f"p2pfl: timeout: rank {self.world.rank} waited {self.timeout:g} s in round {round} "
                         f"for its sends to complete")
             q = missing[0]
-            waiter = next(p for p in local_active if q in self.neighbors[p])
+            waiter = next(p for p in receivers if q in links[p])
             return (f"p2pfl: timeout: peer {waiter} (rank {self.world.rank}) waited {self.timeout:g} s in round "
                     f"{round} for neighbour {q} (rank {self.placement.rank_of(q)})"
                     + (f"; also missing: {missing[1:]}" if len(missing) > 1 else ""))

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import p2pfl
-from p2pfl.records import BaseManifest, Host, Seeds, TopologyRecord
+from p2pfl.records import BaseManifest, Host, NetworkManifest, Seeds, TopologyRecord
 
 
 def versions() -> dict[str, str]:
@@ -50,8 +50,8 @@ def git_commit() -> str | None:
 
 
 def base_manifest(cfg_dict: dict[str, Any], world_size: int, hosts: list[Host], topology: TopologyRecord,
-                  seeds: Seeds, method_defaults: dict[str, Any]) -> BaseManifest:
+                  network: NetworkManifest, seeds: Seeds, method_defaults: dict[str, Any]) -> BaseManifest:
     """The manifest every run writes at start; the method adds its entries later (RunContext.record_manifest)."""
     return BaseManifest(command=sys.argv, world_size=world_size, config=cfg_dict, versions=versions(),
-                        git_commit=git_commit(), seeds=seeds, hosts=hosts, topology=topology,
+                        git_commit=git_commit(), seeds=seeds, hosts=hosts, topology=topology, network=network,
                         method_defaults=method_defaults)

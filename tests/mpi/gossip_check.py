@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import sys
 
+import networkx as nx
 import numpy as np
 import torch
 
 import topologies
 from p2pfl.comm import Exchange, Placement, World
-from p2pfl.gossip import gossip, mixing_row
+from p2pfl.gossip import gossip
+from p2pfl.network import NetworkSchedule
 
 N_PEERS = 7
 DIM = 1000
@@ -30,22 +32,22 @@ def main(out: str) -> None:
     for name in ["star", "cycle", "binary-tree", "random", "complete"]:
         for active in (set(range(N_PEERS)), {0, 2, 3, 5, 6}):
             graph = topologies.build(name, N_PEERS, seed=3)
-            W = topologies.mixing_matrix(graph, "metropolis")
+            net = NetworkSchedule(N_PEERS, seed=3, graph=graph, mixing="metropolis").at(1, active=active)
             placement = Placement(N_PEERS, world.size)
             ex = Exchange(world, graph, placement, timeout=60, chunk_bytes=1000)
-            mine = {p: X[p].clone() for p in placement.peers_of(world.rank)}
-            mixed = gossip(ex, W, mine, round=1, active=active)
-            # central reference: renormalised W over active peers, as a dense matmul in float64
-            Wa = np.zeros_like(W)
-            for i in active:
-                for j, w in mixing_row(W, i, active):
-                    Wa[i, j] = w
+            mine = {p: X[p].clone() for p in placement.peers_of(world.rank) if p in active}
+            mixed = gossip(ex, net, mine, round=1)
+            # central reference: Metropolis recomputed on the active peers' subgraph, a dense matmul in float64
+            sub = graph.subgraph(active)
+            Wa = np.eye(N_PEERS)
+            idx = sorted(active)
+            Wa[np.ix_(idx, idx)] = topologies.mixing_matrix(nx.convert_node_labels_to_integers(sub, ordering="sorted"))
             dense = torch.from_numpy(Wa) @ X.double()
             dev, exact = 0.0, True
             for p, v in mixed.items():
                 dev = max(dev, float((v.double() - dense[p]).abs().max()))
                 ordered = torch.zeros(DIM)
-                for j, w in mixing_row(W, p, active):
+                for j, w in net.row(p):
                     ordered.add_(X[j], alpha=w)
                 exact &= bool(torch.equal(ordered, v))
             gathered = world.gather({"dev": dev, "exact": exact, "peers": sorted(mixed),

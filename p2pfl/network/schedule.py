@@ -1,0 +1,273 @@
+"""The network of round t: who is up, who takes part, which links carry messages, and with which weights.
+
+Everything here is a pure function of (seed, t) and the options, computed identically on every rank, so no
+receive ever waits for a peer that is not coming and a result never depends on how peers sit on ranks.
+
+A round starts from the topology's links (static, the random graph drawn anew with --resample, or a dynamic
+topology), keeps the active peers (alive, drawn by --participation, not out by --churn) and drops each link
+that fails this round (--link-failure). The weights are recomputed on what survives: Metropolis and max-degree
+stay symmetric and doubly stochastic, so gossip keeps the network mean; uniform stays row-stochastic; a peer
+without an active link keeps its own vector (W_ii = 1). A directed round (the one-peer exponential graph)
+averages uniformly over each peer's closed in-neighbourhood (1/2 each there). `--mixing server` on the star
+makes the hub average the active leaves it can reach, itself included, and send the average back (W = 11ᵀ/|P|
+on that set); the hub is the server, so --participation and --churn never take it out (--crash can).
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import networkx as nx
+import numpy as np
+
+import topologies
+from p2pfl.network.faults import choose_stragglers, parse_crashes
+from p2pfl.records import NetworkManifest, NetworkRecord
+from p2pfl.seeding import SHARED, numpy_rng
+from topologies.dynamic import Dynamic
+from topologies.generators import sample_gnp
+from topologies.mixing import KINDS
+
+if TYPE_CHECKING:
+    from p2pfl.config import RunConfig
+
+HUB = 0  # the star's centre, the server of --mixing server
+#: Dynamic kinds are checked for peers left alone over at most this many rounds (static ones need round 1 only).
+CHECK_HORIZON = 64
+
+
+def active_peers(seed: int, round: int, n_peers: int, rho: float) -> set[int]:
+    """The ⌈rho·K⌉ peers drawn to take part in `round` (SPEC §2, partial participation)."""
+    if rho >= 1.0:
+        return set(range(n_peers))
+    count = max(1, math.ceil(rho * n_peers))
+    rng = numpy_rng(seed, SHARED, f"participation/{round}")
+    return {int(p) for p in rng.choice(n_peers, size=count, replace=False)}
+
+
+@dataclass(frozen=True, eq=False)
+class RoundNetwork:
+    """The network of one round: A[i, j] means peer i hears from peer j; W its mixing matrix (identity rows for
+    peers not active); the active, alive, rejoining and fresh peers; the stragglers' share of local steps."""
+
+    round: int
+    adjacency: np.ndarray
+    W: np.ndarray
+    active: frozenset[int]
+    alive: frozenset[int]
+    rejoining: frozenset[int] = frozenset()  # active now, not in the round before: their model is stale
+    fresh: frozenset[int] = frozenset()  # active now and in the round before: their model is current
+    work: Mapping[int, float] = field(default_factory=dict)  # active straggler -> fraction of its local steps
+    server: bool = False
+
+    @property
+    def n_peers(self) -> int:
+        return len(self.W)
+
+    @property
+    def crashed(self) -> frozenset[int]:
+        return frozenset(range(self.n_peers)) - self.alive
+
+    @cached_property
+    def incoming(self) -> dict[int, tuple[int, ...]]:
+        """Per active peer, the peers it hears from this round, ascending (the exchange's links)."""
+        return {i: tuple(int(j) for j in np.flatnonzero(self.adjacency[i])) for i in sorted(self.active)}
+
+    def degree(self, peer: int) -> int:
+        """How many peers `peer` hears from this round."""
+        return int(self.adjacency[peer].sum())
+
+    def row(self, peer: int, sizes: Sequence[float] | None = None) -> list[tuple[int, float]]:
+        """Peer's mixing weights over its closed in-neighbourhood, ascending by neighbour, summing to 1; with
+        `sizes` each W_ij is scaled by n_j first (data-size weighting: FedAvg on complete/uniform or a server)."""
+        row = [(int(j), float(self.W[peer, j])) for j in np.flatnonzero(self.W[peer])]
+        if sizes is not None:
+            row = [(j, w * float(sizes[j])) for j, w in row]
+        total = sum(w for _, w in row)
+        return [(j, w / total) for j, w in row]
+
+    def work_fraction(self, peer: int) -> float:
+        """The share of its local steps `peer` does this round (below 1 for a straggler)."""
+        return self.work.get(peer, 1.0)
+
+    @property
+    def links(self) -> int:
+        """Messages of one exchange along the round's links (i hears from j counts once)."""
+        return int(self.adjacency.sum())
+
+    def digest(self) -> str:
+        """crc32 of the round's link matrix: two rounds with equal digests used the same links."""
+        return f"{zlib.crc32(np.packbits(self.adjacency).tobytes()):08x}"
+
+    def sigma2(self) -> float:
+        """‖W − J‖₂ over the alive peers (J = 11ᵀ/|alive|): a round shrinks the consensus distance by at most
+        its square when W is doubly stochastic (SPEC §1), so Π σ2² over the rounds used is the prediction."""
+        keep = sorted(self.alive)
+        w = self.W[np.ix_(keep, keep)]
+        return float(np.linalg.norm(w - np.full(w.shape, 1.0 / len(keep)), 2)) if keep else 0.0
+
+    def record(self, spectral: bool) -> NetworkRecord:
+        """The round record's `network` entry (sigma2 only when `spectral`: it costs an SVD of W)."""
+        out = NetworkRecord(**{
+            "links": self.links, "digest": self.digest(), "crashed": sorted(self.crashed),
+            "rejoining": sorted(self.rejoining), "straggling": sorted(self.work),
+            "degree": {str(p): self.degree(p) for p in sorted(self.active)},
+        })
+        if spectral:
+            out["sigma2"] = self.sigma2()
+        return out
+
+
+def _links_matrix(graph: nx.Graph | nx.DiGraph, n: int) -> np.ndarray:
+    """A[i, j] = True when i hears from j: both ways for an undirected graph, j -> i for a directed one."""
+    a = np.zeros((n, n), dtype=bool)
+    for u, v in graph.edges:
+        a[v, u] = True
+        if not graph.is_directed():
+            a[u, v] = True
+    return a
+
+
+class NetworkSchedule:
+    """The round networks of a run (see the module docstring): `at(t)` for round t, identical on every rank."""
+
+    def __init__(self, n_peers: int, seed: int = 0, *, graph: nx.Graph | None = None, dynamic: Dynamic | None = None,
+                 resample_p: float | None = None, mixing: str = "metropolis", participation: float = 1.0,
+                 churn: float = 0.0, link_failure: float = 0.0, crashes: Mapping[int, int] | None = None,
+                 stragglers: Mapping[int, float] | None = None, rejoin: str = "mix") -> None:
+        if sum(x is not None for x in (graph, dynamic, resample_p)) != 1:
+            raise ValueError("a schedule has exactly one of: a static graph, a dynamic topology, a resampled G(K, p)")
+        self.n = n_peers
+        self.seed = seed
+        self.dynamic = dynamic
+        self.resample_p = resample_p
+        self.mixing = topologies.base.canonical(mixing)
+        self.server = self.mixing == "server"
+        self.participation = participation
+        self.churn = churn
+        self.link_failure = link_failure
+        self.crashes = dict(crashes or {})
+        self.stragglers = dict(stragglers or {})
+        self.rejoin = rejoin
+        self.directed = dynamic is not None and dynamic.directed
+        if graph is not None:
+            self.kind = "static"
+            self.support = graph
+            self._static = _links_matrix(graph, n_peers)
+            self._static_W = self._weights(self._static, frozenset(range(n_peers)))
+        else:
+            self.kind = dynamic.name if dynamic is not None else "resample"
+            self.support = dynamic.support(n_peers) if dynamic is not None else topologies.build("complete", n_peers)
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig, graph: nx.Graph) -> NetworkSchedule:
+        """The schedule of a resolved run whose static (or support) graph is `graph`. ValueError on bad input."""
+        n = int(cfg.peers or graph.number_of_nodes())
+        kinds: dict[str, Any] = {"graph": graph}
+        if topologies.base.canonical(cfg.topology) in topologies.DYNAMIC:
+            kinds = {"dynamic": topologies.DYNAMIC[topologies.base.canonical(cfg.topology)]}
+        elif cfg.resample:
+            kinds = {"resample_p": cfg.p}
+        return cls(n, cfg.seed, **kinds, mixing=cfg.mixing, participation=cfg.participation, churn=cfg.churn,
+                   link_failure=cfg.link_failure, crashes=parse_crashes(cfg.crash, n, cfg.seed),
+                   stragglers=choose_stragglers(cfg.seed, n, cfg.stragglers, cfg.straggler_work), rejoin=cfg.rejoin)
+
+    # ------------------------------------------------------------------ the pieces of round t
+    def topology_links(self, t: int) -> np.ndarray:
+        """The links of round t before anyone is out and before link failures."""
+        if self.kind == "static":
+            return self._static
+        if self.dynamic is not None:
+            return _links_matrix(self.dynamic.links(self.n, self.seed, t), self.n)
+        rng = numpy_rng(self.seed, SHARED, f"topology/{t}")
+        return _links_matrix(sample_gnp(rng, self.n, self.resample_p, what=f"--resample (round {t})"), self.n)
+
+    def alive(self, t: int) -> frozenset[int]:
+        """Peers not crashed by round t (a crash P@R takes P out from round R on, for good)."""
+        return frozenset(p for p in range(self.n) if self.crashes.get(p, t + 1) > t)
+
+    def active(self, t: int) -> frozenset[int]:
+        """Peers taking part in round t: alive, drawn by --participation, not out by --churn (round 0: all alive)."""
+        alive = self.alive(t)
+        if t <= 0:
+            return alive
+        drawn = active_peers(self.seed, t, self.n, self.participation)
+        if self.churn > 0.0:
+            out = numpy_rng(self.seed, SHARED, f"churn/{t}").random(self.n) < self.churn
+            drawn = {p for p in drawn if not out[p]}
+        if self.server and HUB in alive:
+            drawn.add(HUB)
+        return frozenset(drawn) & alive
+
+    def _failures(self, t: int) -> np.ndarray:
+        """Links that fail in round t, each independently with probability --link-failure (an undirected edge
+        fails both ways); drawn over every pair so an edge's fate does not depend on who else is up."""
+        u = numpy_rng(self.seed, SHARED, f"links/{t}").random((self.n, self.n)) < self.link_failure
+        if self.directed:
+            return u
+        upper = np.triu(u, 1)
+        return upper | upper.T
+
+    def _weights(self, a: np.ndarray, active: frozenset[int]) -> np.ndarray:
+        """W on the round's surviving links `a` (rows and columns of peers not active are empty)."""
+        if self.server:
+            w = np.eye(self.n)
+            if HUB in active:
+                members = [HUB] + [i for i in sorted(active) if i != HUB and a[i, HUB] and a[HUB, i]]
+                w[np.ix_(members, members)] = 1.0 / len(members)
+            return w
+        af = a.astype(np.float64)
+        if self.directed:
+            return (af + np.eye(self.n)) / (af.sum(axis=1) + 1.0)[:, None]
+        return KINDS[self.mixing](af)
+
+    def at(self, t: int, active: Sequence[int] | None = None) -> RoundNetwork:
+        """The network of round t (`active` overrides who takes part: a testing aid)."""
+        alive = self.alive(t)
+        act = self.active(t) if active is None else frozenset(active) & alive
+        base = self.topology_links(t)
+        everyone = len(act) == self.n
+        if self.kind == "static" and everyone and self.link_failure == 0.0:
+            a, w = self._static, self._static_W
+        else:
+            mask = np.zeros(self.n, dtype=bool)
+            mask[sorted(act)] = True
+            a = base & mask[:, None] & mask[None, :]
+            if self.link_failure > 0.0:
+                a = a & ~self._failures(t)
+            w = self._weights(a, act)
+        before = self.active(t - 1) if t >= 2 else act
+        return RoundNetwork(round=t, adjacency=a, W=w, active=act, alive=alive, rejoining=act - before,
+                            fresh=act & before, work={p: f for p, f in self.stragglers.items() if p in act},
+                            server=self.server)
+
+    # ------------------------------------------------------------------ checks and description
+    def lonely(self, rounds: int) -> list[int]:
+        """Peers alive in some round that hear from no alive peer in any round (participation, churn and link
+        failures aside: those are draws, not structure). Static graphs need round 1 only: crashes only remove."""
+        heard: set[int] = set()
+        seen: set[int] = set()
+        horizon = 1 if self.kind == "static" else min(rounds, CHECK_HORIZON)
+        for t in range(1, min(rounds, horizon) + 1):
+            alive = self.alive(t)
+            mask = np.zeros(self.n, dtype=bool)
+            mask[sorted(alive)] = True
+            hears = (self.topology_links(t) & mask[None, :]).any(axis=1)
+            seen |= alive
+            heard |= {int(p) for p in np.flatnonzero(hears & mask)}
+        return sorted(seen - heard)
+
+    def describe(self) -> NetworkManifest:
+        """The manifest's `network` entry: what changes and fails, and how."""
+        weights = ("uniform over the closed in-neighbourhood (1/2 on the one-peer exponential graph)"
+                   if self.directed else self.mixing)
+        return NetworkManifest(
+            kind=self.kind, directed=self.directed, weights=weights, server=self.server,
+            participation=self.participation, churn=self.churn, link_failure=self.link_failure,
+            resample_p=self.resample_p, crashes={str(p): r for p, r in self.crashes.items()},
+            stragglers={str(p): f for p, f in self.stragglers.items()}, rejoin=self.rejoin,
+            support_edges=self.support.number_of_edges())
