@@ -164,6 +164,16 @@ class MuscleCommunication(TypedDict):
     server_bytes_per_round: float
 
 
+class NetworkSummary(TypedDict):
+    """What the network did over the run: its kind, links used per round (mean over rounds, and out of how
+    many the topology offered), the peers crashed by the end (the final evaluation covers the others)."""
+
+    kind: str
+    links_per_round: float
+    topology_links_per_round: float
+    crashed: list[int]
+
+
 class _Summary(TypedDict):
     algorithm: str
     topology: str
@@ -175,6 +185,7 @@ class _Summary(TypedDict):
     final: dict[str, float]
     consensus_distance_initial: float | None
     comm_per_rank: dict[str, CommCounters]
+    network: NetworkSummary
 
 
 class Summary(_Summary, total=False):
@@ -190,12 +201,13 @@ def _str_keys(value: Any) -> Any:
 
 def summary_record(*, algorithm: str, topology: str, peers: int, rounds: int, ranks: int, wall_s: float,
                    run_dir: str, final: Mapping[str, float], consensus_distance_initial: float | None,
-                   comm_per_rank: list[Mapping[str, Any]], extra: Mapping[str, Any]) -> Summary:
+                   comm_per_rank: list[Mapping[str, Any]], network: NetworkSummary,
+                   extra: Mapping[str, Any]) -> Summary:
     """summary.json from the run's numbers, each rank's CommStats snapshot and the method's extra entries."""
     comm = {str(r): {k: _str_keys(v) for k, v in s.items()} for r, s in enumerate(comm_per_rank)}
     summary = _Summary(algorithm=algorithm, topology=topology, peers=peers, rounds=rounds, ranks=ranks, wall_s=wall_s,
                        run_dir=run_dir, final=dict(final), consensus_distance_initial=consensus_distance_initial,
-                       comm_per_rank=comm)  # type: ignore[typeddict-item]
+                       comm_per_rank=comm, network=network)  # type: ignore[typeddict-item]
     return {**summary, **extra}  # type: ignore[return-value]
 
 

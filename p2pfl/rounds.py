@@ -23,7 +23,16 @@ from p2pfl.config import RunConfig
 from p2pfl.gossip import consensus_distance
 from p2pfl.network import NetworkSchedule, RoundNetwork
 from p2pfl.peerspec import PeersSpec
-from p2pfl.records import EvalRecord, RoundStart, Summary, eval_record, round_record, round_start, summary_record
+from p2pfl.records import (
+    EvalRecord,
+    NetworkSummary,
+    RoundStart,
+    Summary,
+    eval_record,
+    round_record,
+    round_start,
+    summary_record,
+)
 from p2pfl.runtime.checkpoint import load_peer, load_state, record_state, restore_record, save_peer, save_state
 from p2pfl.runtime.progress import Progress, summary_lines
 from p2pfl.runtime.runfolder import RunFolder
@@ -143,6 +152,7 @@ class Runner:
         self.start_time = time.time()
         self._fault_kind, self._fault_at = self._parse_fault(self.cfg.fault)
         self.first_round = 1
+        self._links: list[tuple[int, int]] = []  # per round: (links used, links the topology offered)
 
     @staticmethod
     def _parse_fault(spec: str | None) -> tuple[str | None, tuple[int, int] | None]:
@@ -194,10 +204,17 @@ class Runner:
         summary = summary_record(
             algorithm=cfg.algorithm, topology=cfg.topology, peers=self.ctx.n_peers, rounds=cfg.rounds,
             ranks=world.size, wall_s=time.time() - self.start_time, run_dir=str(self.ctx.run_dir), final=final or {},
-            consensus_distance_initial=cd0, comm_per_rank=stats or [], extra=extra)
+            consensus_distance_initial=cd0, comm_per_rank=stats or [], network=self._network_summary(), extra=extra)
         self.ctx.folder.write_summary(summary)
         print(summary_lines(summary, self.algo.summary_lines(summary)), flush=True)
         return summary
+
+    def _network_summary(self) -> NetworkSummary:
+        used = [u for u, _ in self._links] or [0]
+        offered = [o for _, o in self._links] or [0]
+        return NetworkSummary(kind=self.ctx.schedule.kind, links_per_round=sum(used) / len(used),
+                              topology_links_per_round=sum(offered) / len(offered),
+                              crashed=sorted(self.algo.net.crashed))
 
     def checkpoint(self, round: int) -> None:
         """Save every local peer's state for `round`; collective."""
@@ -234,6 +251,8 @@ class Runner:
         network = net.record(ctx.n_peers <= SPECTRAL_MAX_PEERS) if self.world.is_root else None
         schedule_s = time.perf_counter() - ts
         self.algo.net = net
+        if self.world.is_root:
+            self._links.append((net.links, net.offered))
         self._inject_fault(t)
         stats = ctx.exchange.stats
         sent0, recv0 = dict(stats.peer_sent), dict(stats.peer_recv)

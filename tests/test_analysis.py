@@ -107,7 +107,8 @@ def make_run(root: Path, name: str, *, algorithm: str = "dec-ssl", topology: str
         folder.write_summary(summary_record(
             algorithm=algorithm, topology=topology, peers=k, rounds=rounds, ranks=1, wall_s=2.0 * rounds + 1.5,
             run_dir=str(path), final=last["metrics"] if last else {}, consensus_distance_initial=distance(0),
-            comm_per_rank=[counters], extra={}))
+            comm_per_rank=[counters], extra={},
+            network={"kind": "static", "links_per_round": 2.0 * k, "topology_links_per_round": 2.0 * k, "crashed": []}))
     folder.close()
     return path
 

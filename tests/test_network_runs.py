@@ -55,6 +55,11 @@ def test_crashed_peers_stop_and_their_neighbours_go_on(tmp_path: Path) -> None:
         assert not set(crashed) & set(r["active"])
         assert r["bytes_sent_per_peer"].get("3", 0) == (0 if r["round"] >= 5 else 2 * 1600)
     assert sorted(map(int, final["per_peer"])) == [0, 1, 2, 4, 5, 7]  # the survivors are evaluated
+    summary = json.loads((tmp_path / "c" / "summary.json").read_text())["network"]
+    # the cycle offers 16 links a round; 3 takes 4 of them for rounds 5-30, 6 two more for rounds 20-30
+    expected = (4 * 16 + 15 * 12 + 11 * 8) / 30
+    assert summary == {"kind": "static", "links_per_round": pytest.approx(expected), "topology_links_per_round": 16.0,
+                       "crashed": [3, 6]}
 
 
 def test_one_peer_exponential_reaches_the_exact_average_in_log2_k_rounds(tmp_path: Path) -> None:
@@ -155,6 +160,15 @@ def test_training_with_crashes_finishes_and_evaluates_the_survivors(tmp_path: Pa
     assert sorted(map(int, final["per_peer"])) == [0, 2, 3, 5]
     plots = {p.name for p in (tmp_path / "t" / "plots").iterdir()}
     assert {"consensus.png", "per_peer_degree.png"} <= plots
+
+
+@pytest.mark.mpi
+def test_a_lonely_peer_ends_every_rank_with_one_line(tmp_path: Path) -> None:
+    proc = run_job(["-m", "p2pfl.run", *CONSENSUS, "--rounds", "3", "--topology", "cycle", "--peers", "6",
+                    "--crash", "1@1,3@1", "--out", str(tmp_path)], ranks=2)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("p2pfl:")]
+    assert errors == ["p2pfl: error: --crash 1@1,3@1: peer(s) [2] would have no neighbour up in any round"]
 
 
 @pytest.mark.mpi

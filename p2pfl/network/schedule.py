@@ -63,6 +63,7 @@ class RoundNetwork:
     fresh: frozenset[int] = frozenset()  # active now and in the round before: their model is current
     work: Mapping[int, float] = field(default_factory=dict)  # active straggler -> fraction of its local steps
     server: bool = False
+    offered: int = 0  # links of the round's topology before anyone was out and before link failures
 
     @property
     def n_peers(self) -> int:
@@ -243,7 +244,7 @@ class NetworkSchedule:
         before = self.active(t - 1) if t >= 2 else act
         return RoundNetwork(round=t, adjacency=a, W=w, active=act, alive=alive, rejoining=act - before,
                             fresh=act & before, work={p: f for p, f in self.stragglers.items() if p in act},
-                            server=self.server)
+                            server=self.server, offered=int(base.sum()))
 
     # ------------------------------------------------------------------ checks and description
     def lonely(self, rounds: int) -> list[int]:

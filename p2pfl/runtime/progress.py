@@ -71,6 +71,11 @@ def summary_lines(summary: Summary, method_lines: list[str]) -> str:
     for key, value in summary["final"].items():
         if isinstance(value, (int, float)):
             parts.append(f"  {key:<28} {value:.6g}")
+    net = summary.get("network")
+    if net and (net["kind"] != "static" or net["crashed"] or net["links_per_round"] != net["topology_links_per_round"]):
+        parts.append(f"  network ({net['kind']} topology): {net['links_per_round']:.1f} of "
+                     f"{net['topology_links_per_round']:.1f} links used a round"
+                     + (f"; crashed {net['crashed']} (not evaluated)" if net["crashed"] else ""))
     parts += [f"  {line}" for line in method_lines]
     parts.append(f"  run folder: {summary['run_dir']}")
     return "\n".join(parts)
