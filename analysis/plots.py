@@ -228,8 +228,8 @@ def plot_metrics(run: Run, out_dir: Path) -> Path | None:
 
 def plot_consensus(run: Run, out_dir: Path) -> Path | None:
     """consensus.png: consensus distance against round (log scale) with the spectral prediction of the graphs
-    actually used, c0·Π σ2(W_t)² (σ2 = ‖W_t − J‖₂ over the alive peers, from the round records); for runs
-    without it, c0·lambda2^(2t) of the static W.
+    actually used, c·Π σ2(W_t)² from the first positive value c (σ2 = ‖W_t − J‖₂ over the alive peers, from
+    the round records); for runs without it, c0·lambda2^(2t) of the static W.
 
     The consensus distance is a mean of squared norms, so pure gossip shrinks it by at least σ2² a round under
     a doubly stochastic W; local training between rounds pushes the measured curve above the prediction.
@@ -248,7 +248,7 @@ def plot_consensus(run: Run, out_dir: Path) -> Path | None:
     if predicted is not None:
         px, py = [x for x, y in zip(*predicted) if y > 0], [y for y in predicted[1] if y > 0]
         if len(px) >= 2:
-            ax.plot(px, py, "--", label="c0·Π σ2(W_t)², the graphs used")
+            ax.plot(px, py, "--", label="gossip alone: c·Π σ2(W_t)², the graphs used")
     elif lam is not None and 0 < lam < 1:
         t = np.linspace(xs[0], xs[-1], max(2, len(xs) * 4))
         pred = ys[0] * lam ** (2.0 * (t - xs[0]))

@@ -135,13 +135,18 @@ class Run:
         return self.rounds[-1]["elapsed_s"] if self.rounds else None
 
     def spectral_prediction(self) -> tuple[list[float], list[float]] | None:
-        """(rounds, c0·Π_{s<=t} σ2(W_s)²): what gossip alone would leave of the round-0 consensus distance c0
-        over the graphs actually used (each round record's ``network.sigma2``); None without those records."""
-        start = next((r for r in self.rounds if r["round"] == 0), None)
-        used = [r for r in self.rounds if r["round"] > 0 and "sigma2" in (r.get("network") or {})]
-        if start is None or not used or not is_number(start.get("consensus_distance")):
+        """(rounds, c·Π_{t0<s<=t} σ2(W_s)²): what gossip alone would leave, from the first positive consensus
+        distance c (round t0; round 0 for consensus, later for runs that start from a common model), over the
+        graphs actually used (each round record's ``network.sigma2``); None without those records."""
+        start = next((r for r in self.rounds if is_number(r.get("consensus_distance"))
+                      and float(r["consensus_distance"]) > 0), None)
+        if start is None:
             return None
-        xs, ys, value = [0.0], [float(start["consensus_distance"])], float(start["consensus_distance"])
+        used = [r for r in self.rounds if r["round"] > start["round"] and "sigma2" in (r.get("network") or {})]
+        if not used:
+            return None
+        value = float(start["consensus_distance"])
+        xs, ys = [float(start["round"])], [value]
         for record in used:
             value *= float(record["network"]["sigma2"]) ** 2
             xs.append(float(record["round"]))

@@ -31,7 +31,7 @@ CONFIGS: dict[str, list[str]] = {
 }
 
 
-def run_study(out: Path, seeds: list[int], rounds: int, subset: int, peers: int) -> list[dict]:
+def run_study(out: Path, seeds: list[int], rounds: int, subset: int, peers: int, train: list[str]) -> list[dict]:
     rows = []
     for name, extra in CONFIGS.items():
         for seed in seeds:
@@ -39,7 +39,7 @@ def run_study(out: Path, seeds: list[int], rounds: int, subset: int, peers: int)
             cmd = [sys.executable, "-m", "p2pfl.run", "--algorithm", "fedavg", "--dataset", "fashion-mnist",
                    "--topology", "cycle", "--peers", str(peers), "--rounds", str(rounds), "--seed", str(seed),
                    "--train-subset", str(subset), "--eval-every", "5", "--out", str(out), "--name", folder,
-                   "--no-progress", *extra]
+                   "--no-progress", *train, *extra]
             if not (out / folder / "summary.json").is_file():
                 subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
             run = load_run(out / folder)
@@ -89,10 +89,12 @@ def schedule_cost(sizes: list[int], repeats: int) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/network-faults")
-    parser.add_argument("--seeds", default="0,1")
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--train-subset", type=int, default=30000)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--train-subset", type=int, default=60000)
     parser.add_argument("--peers", type=int, default=20)
+    parser.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration of the partition")
+    parser.add_argument("--local-steps", type=int, default=10, help="local SGD steps per round (0: one epoch)")
     parser.add_argument("--schedule-only", action="store_true")
     args = parser.parse_args()
     print("| peers | kind | at(t) ms | record ms |\n|---|---|---|---|")
@@ -100,8 +102,9 @@ def main() -> None:
         print(f"| {row['peers']} | {row['kind']} | {row['at_ms']:.3f} | {row['record_ms']:.3f} |")
     if args.schedule_only:
         return
+    train = ["--alpha", str(args.alpha)] + (["--local-steps", str(args.local_steps)] if args.local_steps else [])
     rows = run_study(Path(args.out), [int(s) for s in args.seeds.split(",")], args.rounds, args.train_subset,
-                     args.peers)
+                     args.peers, train)
     print("\n| config | seed | acc (avg model) | acc peers mean | acc peers min | consensus dist | links/round "
           "| round s | schedule ms | schedule share | crashed |\n|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
