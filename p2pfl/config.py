@@ -77,7 +77,11 @@ class RunConfig:
     plots: bool = _opt(True, "draw plots into the run folder at the end")
     checkpoint_every: int = _opt(0, "save every peer's state every N rounds into <run>/checkpoint (0: never)")
     resume: str | None = _opt(None, "continue the run in this run folder from its last checkpoint")
-    fault: str | None = _opt(None, "testing aid: 'raise@RANK:ROUND' or 'silent@PEER:ROUND'")
+    fault: str | None = _opt(None, "testing aid: 'raise@RANK:ROUND', 'silent@PEER:ROUND' or 'nan@PEER:ROUND' "
+                                   "(the peer's messages are NaN from that round on)")
+    on_nonfinite: str = _opt("rollback", "a non-finite message is rejected (a failed link) and a peer whose update "
+                                         "turns non-finite is rolled back to its state before the round (rollback), "
+                                         "or either ends the job naming the peer (abort)", ("rollback", "abort"))
     # network: what changes and fails from round to round (p2pfl.network)
     resample: bool = _opt(False, "draw the random graph G(K, p) anew every round (--topology random)",
                           section="network")
@@ -350,8 +354,8 @@ def validate(cfg: RunConfig) -> None:
     if cfg.peers_spec is not None:
         _check(os.path.isfile(cfg.peers_spec), "peers_spec", f"file not found: {cfg.peers_spec}")
     if cfg.fault is not None:
-        _check(re.fullmatch(r"(raise|silent)@\d+:\d+", cfg.fault) is not None, "fault",
-               f"expected 'raise@RANK:ROUND' or 'silent@PEER:ROUND', got {cfg.fault!r}")
+        _check(re.fullmatch(r"(raise|silent|nan)@\d+:\d+", cfg.fault) is not None, "fault",
+               f"expected 'raise@RANK:ROUND', 'silent@PEER:ROUND' or 'nan@PEER:ROUND', got {cfg.fault!r}")
 
 
 SINGLE_PROCESS_PEERS = 20

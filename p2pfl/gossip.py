@@ -19,26 +19,51 @@ def _combine(own: torch.Tensor, received: dict[int, torch.Tensor], row: list[tup
     return acc
 
 
+def finite(t: torch.Tensor) -> bool:
+    """Whether every value of `t` is finite (no NaN, no ±Inf)."""
+    return bool(torch.isfinite(t).all())
+
+
+def _bad_senders(inbox: dict[int, dict[int, torch.Tensor]], only: set[int] | None = None) -> list[tuple[int, int]]:
+    """(receiver, sender) of every non-finite message in `inbox` (receivers restricted to `only`)."""
+    return [(p, q) for p, received in inbox.items() if only is None or p in only
+            for q, v in received.items() if not finite(v)]
+
+
 def gossip(exchange: Exchange, net: RoundNetwork, vectors: dict[int, torch.Tensor], round: int,
            sizes: Sequence[float] | None = None, kind: str = "params") -> dict[int, torch.Tensor]:
     """x_i ← Σ_j W_ij x_j with the round's weights for every local active peer (`vectors` holds theirs);
     with `sizes`, W_ij is scaled by n_j and the row renormalised. On `--mixing server` the same weights travel
-    over the star's two hops (`via_server`)."""
+    over the star's two hops (`via_server`).
+
+    A non-finite message is rejected: every rank learns of it (collective), the link counts as failed for the
+    round and the weights are recomputed, so the result equals a round in which that link failed."""
     if net.server:
         return via_server(exchange, net, vectors, round, sizes, kind)
     inbox = exchange.exchange(vectors, round, kind=kind, links=net.incoming)
-    return {peer: _combine(vectors[peer], received, net.row(peer, sizes)) for peer, received in inbox.items()}
+    mixed = {peer: _combine(vectors[peer], received, net.row(peer, sizes)) for peer, received in inbox.items()}
+    suspects = {p for p, v in mixed.items() if not finite(v)}
+    rejected = exchange.reject(round, _bad_senders(inbox, suspects), agree=True)
+    if rejected:
+        net = net.without(rejected)
+        mixed = {peer: _combine(vectors[peer], received, net.row(peer, sizes)) for peer, received in inbox.items()}
+    return mixed
 
 
 def via_server(exchange: Exchange, net: RoundNetwork, vectors: dict[int, torch.Tensor], round: int,
                sizes: Sequence[float] | None = None, kind: str = "params") -> dict[int, torch.Tensor]:
     """The star as a server: the leaves the hub reaches send it their vectors, the hub averages them with its
     own (the row of W, data-weighted with `sizes`) and sends the average back, all in this round. Every byte
-    is counted where it travels: a leaf sends and receives one vector, the hub as many as it serves."""
+    is counted where it travels: a leaf sends and receives one vector, the hub as many as it serves. A leaf
+    whose vector is not finite is left out of the average and gets nothing back (its link failed)."""
     hub = HUB
     members = [j for j, _ in net.row(hub)] if hub in net.active else []
     up = {hub: tuple(j for j in members if j != hub)} if len(members) > 1 else {}
     inbox = exchange.exchange(vectors, round, kind=kind, links=up)
+    rejected = exchange.reject(round, _bad_senders(inbox), agree=True)
+    if rejected:
+        net = net.without(rejected)
+        up = {hub: tuple(j for j, _ in net.row(hub) if j != hub)} if hub in net.active else {}
     average: dict[int, torch.Tensor] = {}
     if hub in inbox:
         average[hub] = _combine(vectors[hub], inbox[hub], net.row(hub, sizes))
@@ -55,12 +80,14 @@ def pull(exchange: Exchange, net: RoundNetwork, vectors: dict[int, torch.Tensor]
          peers: Iterable[int], sizes: Sequence[float] | None = None, kind: str = "params") -> dict[int, torch.Tensor]:
     """For each of `peers` (the rejoining ones), the mix of its fresh in-neighbours' vectors with its own
     weight left out and the row renormalised: a returning peer takes the current neighbourhood model, as a
-    FedAvg client takes the current global one. A peer with no fresh neighbour this round is left out."""
+    FedAvg client takes the current global one. A peer with no fresh neighbour this round is left out;
+    non-finite vectors are rejected."""
     links = {i: tuple(j for j in net.incoming[i] if j in net.fresh) for i in sorted(peers)}
     inbox = exchange.exchange(vectors, round, kind=kind, links=links)
+    rejected = exchange.reject(round, _bad_senders(inbox))
     out = {}
     for peer, received in inbox.items():
-        row = [(j, w) for j, w in net.row(peer, sizes) if j in received]
+        row = [(j, w) for j, w in net.row(peer, sizes) if j in received and (peer, j) not in rejected]
         if row:
             total = sum(w for _, w in row)
             out[peer] = _combine(vectors[peer], received, [(j, w / total) for j, w in row])

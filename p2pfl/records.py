@@ -68,6 +68,8 @@ class RoundRecord(RoundStart):
     time_local_s: float
     round_s: float
     time_schedule_s: float
+    rejected: list[list[int]]  # [receiver, sender] of the non-finite messages rejected (failed links)
+    rolled_back: list[int]  # peers whose update turned non-finite, set back to their state before the round
 
 
 class EvalRecord(TypedDict):
@@ -103,7 +105,8 @@ def round_start(consensus_distance: float | None) -> RoundStart:
 def round_record(round: int, elapsed_s: float, active: Iterable[int], per_peer: Mapping[int, Mapping[str, float]],
                  consensus_distance: float | None, sent: Mapping[int, int], recv: Mapping[int, int], *,
                  time_compute_s: float, time_comm_s: float, time_wait_s: float, time_local_s: float,
-                 round_s: float, network: NetworkRecord, time_schedule_s: float) -> RoundRecord:
+                 round_s: float, network: NetworkRecord, time_schedule_s: float,
+                 rejected: Iterable[tuple[int, int]] = (), rolled_back: Iterable[int] = ()) -> RoundRecord:
     """The record of round `round` from the peers' metrics (sorted by peer) and bytes sent/received per peer."""
     record: dict[str, Any] = {"type": "round", "round": round, "elapsed_s": elapsed_s, "active": sorted(active),
                               "network": network}
@@ -114,7 +117,8 @@ def round_record(round: int, elapsed_s: float, active: Iterable[int], per_peer: 
     record.update(consensus_distance=consensus_distance, bytes_sent=sum(sent.values()), bytes_recv=sum(recv.values()),
                   bytes_sent_per_peer={str(p): v for p, v in sent.items()}, time_compute_s=time_compute_s,
                   time_comm_s=time_comm_s, time_wait_s=time_wait_s, time_local_s=time_local_s, round_s=round_s,
-                  time_schedule_s=time_schedule_s)
+                  time_schedule_s=time_schedule_s, rejected=[list(pair) for pair in rejected],
+                  rolled_back=list(rolled_back))
     return record  # type: ignore[return-value]
 
 

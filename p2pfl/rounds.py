@@ -95,6 +95,8 @@ class Algorithm:
         self.peers: dict[int, Any] = {}
         #: The network of the current round (round 0, everyone up, until the first round starts).
         self.net: RoundNetwork = ctx.schedule.at(0)
+        #: Local peers whose update turned non-finite this round and were rolled back (the runner records them).
+        self.rolled_back: list[int] = []
 
     def alive_peers(self) -> list[int]:
         """The local peers still up (not crashed) in the current round, ascending."""
@@ -172,6 +174,8 @@ class Runner:
             raise RuntimeError(f"injected fault on rank {who} in round {round} (--fault)")
         if self._fault_kind == "silent" and who in self.ctx.local_peers:
             self.ctx.exchange.silent.add(who)
+        if self._fault_kind == "nan" and who in self.ctx.local_peers:
+            self.ctx.exchange.poisoned.add(who)
 
     def _log(self, record: RoundStart | EvalRecord) -> None:
         if self.ctx.folder is not None:
@@ -273,7 +277,9 @@ class Runner:
             "recv": {p: stats.peer_recv.get(p, 0) - recv0.get(p, 0) for p in ctx.local_peers},
             "compute_s": (t1 - t0) + (t2 - t1 - comm - wait), "comm_s": comm, "wait_s": wait,
             "local_s": t1 - t0,
+            "rejected": ctx.exchange.take_rejected(), "rolled_back": sorted(self.algo.rolled_back),
         }
+        self.algo.rolled_back = []
         parts = self.world.gather(part)
         if not self.world.is_root:
             return {}
@@ -282,9 +288,24 @@ class Runner:
             _merge([p["sent"] for p in parts]), _merge([p["recv"] for p in parts]),
             time_compute_s=max(p["compute_s"] for p in parts), time_comm_s=max(p["comm_s"] for p in parts),
             time_wait_s=max(p["wait_s"] for p in parts), time_local_s=max(p["local_s"] for p in parts),
-            round_s=time.perf_counter() - ts, network=network, time_schedule_s=schedule_s)
+            round_s=time.perf_counter() - ts, network=network, time_schedule_s=schedule_s,
+            rejected=sorted(pair for p in parts for pair in p["rejected"]),
+            rolled_back=sorted(q for p in parts for q in p["rolled_back"]))
         self._log(record)
+        self._warn_nonfinite(t, record)
         return record
+
+    @staticmethod
+    def _warn_nonfinite(t: int, record: dict[str, Any]) -> None:
+        """At most one line a round on rank 0 when messages were rejected or peers rolled back."""
+        parts = []
+        if record["rejected"]:
+            parts.append("rejected non-finite messages (receiver <- sender) "
+                         + ", ".join(f"{r} <- {s}" for r, s in record["rejected"]))
+        if record["rolled_back"]:
+            parts.append(f"rolled back peers {record['rolled_back']} whose update turned non-finite")
+        if parts:
+            print(f"p2pfl: warning: round {t}: " + "; ".join(parts), flush=True)
 
     def _evaluate(self, t: int, final: bool) -> dict[str, float] | None:
         metrics, per_peer = self.algo.evaluate(t, final)

@@ -46,6 +46,7 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     placement = Placement(n_peers, world.size)
     exchange = Exchange(world, graph, placement, timeout=cfg.timeout, chunk_bytes=cfg.chunk_mb << 20,
                         cuda_aware=cfg.cuda_aware_mpi)
+    exchange.reject_nonfinite = cfg.on_nonfinite == "rollback"
     resume_round = None
     if cfg.resume is not None:
         run_dir = Path(cfg.resume)

@@ -44,6 +44,7 @@ from p2pfl.algorithms.trainer import LocalTrainer
 from p2pfl.data import PeerData, normalize, supervised_augment
 from p2pfl.data.multitask import MultiTaskWorkload, PeerTask, load_multitask_workload
 from p2pfl.evaluation import features, multilabel_scores
+from p2pfl.gossip import finite
 from p2pfl.losses import GRAM_DEFAULT_TAU, MUSCLE_TAU, MUSCLE_TAU_PREV
 from p2pfl.losses.align import GRAM_LABEL_SMOOTHING, align_loss
 from p2pfl.models import RepresentationNet, SupervisedNet, build_encoder, count_parameters, init_model
@@ -202,10 +203,13 @@ class FedMuscle(LocalTrainer):
             reps = {peer.id: self.represent(peer, idx) for peer in local}
             payloads = {p: z.detach().contiguous() for p, z in reps.items()}
             inbox = self.ctx.exchange.exchange(payloads, round, kind="reps", links=net.incoming)
+            rejected = self.ctx.exchange.reject(round, [(p, q) for p, got in inbox.items() for q, z in got.items()
+                                                        if not finite(z)])
             for peer in local:
                 p = peer.id
                 peer.public_digest = zlib.crc32(idx_np.astype(np.int64).tobytes(), peer.public_digest)
-                chosen = sample_neighbours(cfg.seed, p, round, step, list(inbox[p]), cfg.muscle_m)
+                heard = [q for q in inbox[p] if (p, q) not in rejected]
+                chosen = sample_neighbours(cfg.seed, p, round, step, heard, cfg.muscle_m)
                 peer.sample_digest = zlib.crc32(np.asarray([-1, *chosen], dtype=np.int64).tobytes(),
                                                 peer.sample_digest)
                 if not chosen:

@@ -18,7 +18,7 @@ from p2pfl.algorithms.trainer import LocalTrainer
 from p2pfl.data import ImageDataset, PeerData
 from p2pfl.data.workload import Workload, load_workload
 from p2pfl.evaluation import weight_drift
-from p2pfl.gossip import exact_mean, gossip, pull
+from p2pfl.gossip import exact_mean, finite, gossip, pull
 from p2pfl.models import MixableState, init_model
 from p2pfl.network import RoundNetwork
 from p2pfl.rounds import RunContext
@@ -157,7 +157,10 @@ class GossipLearner(LocalTrainer):
             params = {n for n, _ in self.peers[p].model.named_parameters()}
             mine = dict(zip(state.names, vectors[p].split(state.sizes)))
             drifts = []
+            rejected = self.ctx.exchange.reject(round, [(p, q) for q, v in received.items() if not finite(v)])
             for q in sorted(received):
+                if (p, q) in rejected:
+                    continue
                 theirs = dict(zip(state.names, received[q].split(state.sizes)))
                 drifts.append(weight_drift({n: mine[n] for n in params}, {n: theirs[n] for n in params}))
             out[p] = sum(drifts) / len(drifts) if drifts else 0.0

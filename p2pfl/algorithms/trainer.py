@@ -8,6 +8,7 @@ local loop. Checkpoints of the records are generic (`p2pfl.runtime.checkpoint`).
 """
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import torch
@@ -109,7 +110,22 @@ class LocalTrainer(Algorithm):
         return full if work >= 1.0 else max(1, round(work * full))
 
     def local_update(self, peer_id: int, round: int) -> dict[str, float]:
+        """The peer's local round; an update that turns non-finite is rolled back (or ends the job, with
+        --on-nonfinite abort) so that a peer never mixes or keeps a poisoned model."""
         peer = self.peers[peer_id]
+        before = {k: v.detach().clone() for k, v in peer.model.state_dict().items()}
+        metrics = self._train(peer, round)
+        state = [v for v in peer.model.state_dict().values() if v.is_floating_point()]
+        if math.isfinite(metrics["loss"]) and all(bool(torch.isfinite(v).all()) for v in state):
+            return metrics
+        if self.cfg.on_nonfinite == "abort":
+            raise RuntimeError(f"peer {peer_id}'s update turned non-finite in round {round} (--on-nonfinite abort)")
+        peer.model.load_state_dict(before)
+        peer.optimizer.state.clear()
+        self.rolled_back.append(peer_id)
+        return metrics
+
+    def _train(self, peer: Peer, round: int) -> dict[str, float]:
         self.before_local(peer, round)
         peer.model.train()
         opt = self.for_round(peer.optimizer, round)

@@ -86,6 +86,11 @@ class Exchange:
         self.neighbors = {p: tuple(sorted(int(q) for q in graph.neighbors(p))) for p in graph.nodes}
         self.stats = CommStats()
         self.silent: set[int] = set()  # testing aid: peers that send nothing
+        self.poisoned: set[int] = set()  # testing aid: peers whose messages are all NaN
+        #: False (--on-nonfinite abort): a non-finite message ends the job instead of being rejected.
+        self.reject_nonfinite = True
+        #: (receiver, sender) of the messages rejected since the runner last took them (`take_rejected`).
+        self.rejected: list[tuple[int, int]] = []
         remote = sorted({placement.rank_of(q) for p in self.local_peers for q in self.neighbors[p]} - {world.rank})
         self.remote_ranks = remote
         self.comm = world.neighbour_comm(remote)
@@ -219,9 +224,31 @@ class Exchange:
             for p in sends[rank]:
                 if p in self.silent:
                     continue
-                view = self._host_view(p, payloads[p], kind)
+                view = self._host_view(p, self._outgoing(p, payloads[p]), kind)
                 posted.requests += self._post(self.comm.Isend, view, dest=rank, tag=_tag(p, kind))
                 self.stats.wire_sent[rank] += _nbytes(view)
+
+    def reject(self, round: int, pairs: list[tuple[int, int]], agree: bool = False) -> set[tuple[int, int]]:
+        """Record (receiver, sender) messages found non-finite and return the set to treat as failed links:
+        this rank's, or with `agree` (collective) every rank's. With reject_nonfinite off, raise naming them."""
+        found = sorted(set(pairs))
+        if agree:
+            found = sorted({tuple(pair) for part in self.world.allgather(found) for pair in part})
+        if found and not self.reject_nonfinite:
+            receiver, sender = found[0]
+            raise RuntimeError(f"non-finite message from peer {sender} to peer {receiver} in round {round} "
+                               "(--on-nonfinite abort)")
+        self.rejected += [pair for pair in found if self.placement.rank_of(pair[0]) == self.world.rank]
+        return set(found)
+
+    def take_rejected(self) -> list[tuple[int, int]]:
+        """The messages rejected since the last call, sorted; clears them."""
+        out, self.rejected = sorted(set(self.rejected)), []
+        return out
+
+    def _outgoing(self, peer: int, payload: torch.Tensor) -> torch.Tensor:
+        """What `peer` puts on the wire: its payload, or NaN of its shape when poisoned (--fault nan@P:R)."""
+        return torch.full_like(payload, float("nan")) if peer in self.poisoned else payload
 
     def _inboxes(self, payloads: dict[int, torch.Tensor], received: dict[int, torch.Tensor], sample: torch.Tensor,
                  links: Links, receivers: list[int]) -> dict[int, dict[int, torch.Tensor]]:
@@ -233,7 +260,7 @@ class Exchange:
             inbox = {}
             for q in sorted(links[p]):
                 if q in payloads:
-                    inbox[q] = payloads[q]
+                    inbox[q] = self._outgoing(q, payloads[q])
                 else:
                     buf = received[q]
                     inbox[q] = buf.to(sample.device, non_blocking=True) if buf.device != sample.device else buf

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +64,18 @@ class RoundNetwork:
     work: Mapping[int, float] = field(default_factory=dict)  # active straggler -> fraction of its local steps
     server: bool = False
     offered: int = 0  # links of the round's topology before anyone was out and before link failures
+    reweigh: Callable[[np.ndarray, frozenset[int]], np.ndarray] | None = field(default=None, repr=False)
+
+    def without(self, links: Iterable[tuple[int, int]]) -> RoundNetwork:
+        """This round with the (receiver, sender) links failed as well, both ways on an undirected graph, and
+        the weights recomputed (a rejected message counts as a failed link)."""
+        a = self.adjacency.copy()
+        for i, j in links:
+            a[i, j] = False
+            if np.array_equal(self.adjacency, self.adjacency.T):
+                a[j, i] = False
+        assert self.reweigh is not None, "a RoundNetwork from NetworkSchedule.at"
+        return replace(self, adjacency=a, W=self.reweigh(a, self.active))
 
     @property
     def n_peers(self) -> int:
@@ -244,7 +256,7 @@ class NetworkSchedule:
         before = self.active(t - 1) if t >= 2 else act
         return RoundNetwork(round=t, adjacency=a, W=w, active=act, alive=alive, rejoining=act - before,
                             fresh=act & before, work={p: f for p, f in self.stragglers.items() if p in act},
-                            server=self.server, offered=int(base.sum()))
+                            server=self.server, offered=int(base.sum()), reweigh=self._weights)
 
     # ------------------------------------------------------------------ checks and description
     def lonely(self, rounds: int) -> list[int]:

@@ -1,0 +1,96 @@
+"""Nothing poisoned: a non-finite message is rejected as a failed link, a non-finite update is rolled back, and
+--on-nonfinite abort ends the job naming the peer."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from p2pfl.network import NetworkSchedule
+from p2pfl.run import main
+
+from helpers_inproc import setup_algorithm
+
+FEDAVG = ["--algorithm", "fedavg", "--peers", "6", "--rounds", "3", "--topology", "cycle", "--dataset", "synthetic",
+          "--train-subset", "240", "--batch-size", "16", "--local-steps", "2", "--eval-every", "0", "--no-progress",
+          "--no-plots"]
+
+
+def lines(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_nan_neighbour_is_a_failed_link(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Peer 2 sends NaN from round 2: its neighbours 1 and 3 reject it, and every metric equals a run in which
+    the links 1-2 and 2-3 failed in rounds 2 and 3 (neighbour drift aside: it is measured on the graph)."""
+    assert main([*FEDAVG, "--fault", "nan@2:2", "--out", str(tmp_path), "--name", "nan"]) == 0
+    warned = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
+    assert warned == [f"p2pfl: warning: round {t}: rejected non-finite messages (receiver <- sender) 1 <- 2, 3 <- 2"
+                      for t in (2, 3)]
+    at = NetworkSchedule.at
+
+    def failed(self, t, active=None):
+        net = at(self, t, active)
+        return net.without([(1, 2), (3, 2)]) if t >= 2 else net
+
+    monkeypatch.setattr(NetworkSchedule, "at", failed)
+    assert main([*FEDAVG, "--out", str(tmp_path), "--name", "links"]) == 0
+    nan, links = lines(tmp_path / "nan"), lines(tmp_path / "links")
+    assert [r.get("rejected") for r in nan if r["type"] == "round"] == [None, [], [[1, 2], [3, 2]], [[1, 2], [3, 2]]]
+    for a, b in zip(nan, links):
+        if a["type"] == "round" and a["round"] == 0:
+            assert a == b
+        elif a["type"] == "round":
+            assert a["loss"] == b["loss"] and a["consensus_distance"] == b["consensus_distance"]
+            assert all(math.isfinite(v) for v in a["loss"].values())
+        else:
+            keep = [k for k in a["metrics"] if not k.startswith("drift_to_neighbours")]
+            assert {k: a["metrics"][k] for k in keep} == {k: b["metrics"][k] for k in keep}
+            assert all(math.isfinite(v) for v in a["metrics"].values())
+
+
+def test_abort_ends_the_job_naming_the_peer(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([*FEDAVG, "--fault", "nan@2:2", "--on-nonfinite", "abort", "--out", str(tmp_path)])
+    assert exit_.value.code == 1
+    assert "non-finite message from peer 2 to peer 1 in round 2 (--on-nonfinite abort)" in capsys.readouterr().err
+
+
+TRAIN = {"dataset": "synthetic", "train_subset": 240, "batch_size": 16, "local_steps": 3}
+
+
+@pytest.mark.parametrize("mode", ["rollback", "abort"])
+def test_a_peer_whose_update_turns_non_finite_is_rolled_back(tmp_path: Path, mode: str) -> None:
+    algo = setup_algorithm(tmp_path, algorithm="fedavg", on_nonfinite=mode, **TRAIN)
+    loss = algo.batch_loss
+    algo.batch_loss = lambda peer, x, y: loss(peer, x, y) * (float("nan") if peer.id == 1 else 1.0)
+    before = {p: {k: v.clone() for k, v in peer.model.state_dict().items()} for p, peer in algo.peers.items()}
+    if mode == "abort":
+        with pytest.raises(RuntimeError, match="peer 1's update turned non-finite in round 1"):
+            algo.local_update(1, 1)
+        return
+    for p in algo.peers:
+        metrics = algo.local_update(p, 1)
+        state = algo.peers[p].model.state_dict()
+        if p == 1:
+            assert math.isnan(metrics["loss"])
+            assert all(torch.equal(state[k], before[p][k]) for k in state)  # back to its state before the round
+        else:
+            assert math.isfinite(metrics["loss"]) and not all(torch.equal(state[k], before[p][k]) for k in state)
+    assert algo.rolled_back == [1]
+
+
+def test_fedmuscle_drops_non_finite_representations(tmp_path: Path) -> None:
+    args = ["--algorithm", "fedmuscle", "--peers", "4", "--rounds", "2", "--topology", "complete", "--dataset",
+            "synthetic", "--train-subset", "240", "--batch-size", "16", "--local-steps", "1", "--public-size", "80",
+            "--public-batch", "8", "--rep-dim", "16", "--muscle-m", "3", "--eval-every", "0", "--fault", "nan@0:1",
+            "--no-progress", "--no-plots", "--out", str(tmp_path), "--name", "m"]
+    assert main(args) == 0
+    records = lines(tmp_path / "m")
+    assert [r["rejected"] for r in records if r["type"] == "round" and r["round"]] == [[[1, 0], [2, 0], [3, 0]]] * 2
+    final = records[-1]
+    assert all(math.isfinite(m["task_metric"]) for m in final["per_peer"].values())
+    assert all(math.isfinite(v) for v in records[-2]["muscle_loss"].values())
