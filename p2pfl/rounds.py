@@ -34,6 +34,7 @@ from p2pfl.records import (
     summary_record,
 )
 from p2pfl.runtime.checkpoint import load_peer, load_state, record_state, restore_record, save_peer, save_state
+from p2pfl.runtime.preemption import PREEMPTED_EXIT, StopSignals
 from p2pfl.runtime.progress import Progress, summary_lines
 from p2pfl.runtime.runfolder import RunFolder
 
@@ -189,16 +190,24 @@ class Runner:
         if world.is_root and self.first_round == 1:
             self._log(round_start(cd0))
         progress.skip(self.first_round - 1)
-        for t in range(self.first_round, cfg.rounds + 1):
-            record = self._round(t)
-            if world.is_root:
-                progress.update(**{self.algo.headline: record.get(f"{self.algo.headline}_mean",
-                                                                  record.get(self.algo.headline)),
-                                   "consensus": record.get("consensus_distance")})
-            if cfg.eval_every and t % cfg.eval_every == 0 and t != cfg.rounds:
-                self._evaluate(t, final=False)
-            if cfg.checkpoint_every and (t % cfg.checkpoint_every == 0 or t == cfg.rounds):
-                self.checkpoint(t)
+        signals = StopSignals().install()
+        try:
+            for t in range(self.first_round, cfg.rounds + 1):
+                record = self._round(t)
+                if world.is_root:
+                    progress.update(**{self.algo.headline: record.get(f"{self.algo.headline}_mean",
+                                                                      record.get(self.algo.headline)),
+                                       "consensus": record.get("consensus_distance")})
+                if cfg.eval_every and t % cfg.eval_every == 0 and t != cfg.rounds:
+                    self._evaluate(t, final=False)
+                saved = bool(cfg.checkpoint_every) and (t % cfg.checkpoint_every == 0 or t == cfg.rounds)
+                if saved:
+                    self.checkpoint(t)
+                if t < cfg.rounds and world.allreduce_max(float(signals.received is not None)) > 0:
+                    progress.close()
+                    self._preempted(t, saved, signals.name)
+        finally:
+            signals.restore()
         progress.close()
         final = self._evaluate(cfg.rounds, final=True)
         extra = self.algo.summary()
@@ -212,6 +221,17 @@ class Runner:
         self.ctx.folder.write_summary(summary)
         print(summary_lines(summary, self.algo.summary_lines(summary)), flush=True)
         return summary
+
+    def _preempted(self, t: int, saved: bool, signal_name: str) -> None:
+        """A stop signal reached some rank: every rank checkpoints round t and exits with PREEMPTED_EXIT."""
+        if not saved:
+            self.checkpoint(t)
+        if self.world.is_root:
+            print(f"p2pfl: {signal_name} received: stopped after round {t} of {self.cfg.rounds} with a checkpoint; "
+                  f"continue with --resume {self.ctx.run_dir} (exit status {PREEMPTED_EXIT})", flush=True)
+            if self.ctx.folder is not None:
+                self.ctx.folder.close()
+        raise SystemExit(PREEMPTED_EXIT)
 
     def _network_summary(self) -> NetworkSummary:
         used = [u for u, _ in self._links] or [0]

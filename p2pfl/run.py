@@ -50,7 +50,7 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     resume_round = None
     if cfg.resume is not None:
         run_dir = Path(cfg.resume)
-        resume_round = load_state(run_dir)["round"]
+        resume_round = agree(world, lambda: load_state(run_dir)["round"])
     else:
         run_dir = Path(world.bcast(str(make_run_dir(cfg)) if world.is_root else None))
     me = Host(rank=world.rank, host=world.host, device=str(device), peers=placement.peers_of(world.rank))

@@ -51,3 +51,14 @@ def test_gossip_step_equals_central_mix(ranks: int, tmp_path) -> None:
         active = set(expected)
         counters = [{k: s[k] for k in ("wire_sent", "wire_recv", "peer_sent", "peer_recv")} for s in res["stats"]]
         assert counters == expected_counters(key.split("/")[0], active, ranks), key
+
+
+@pytest.mark.slow
+def test_a_vector_over_2_gib_travels_exactly_between_two_ranks() -> None:
+    """2.5 GiB each way (more than 2^31 bytes, so at least three 1 GiB chunks), every value checked. It needs
+    about 5.5 GiB a rank (the payload, one receive buffer, the check's pieces) and some 25 s here."""
+    proc = run_job(["tests/mpi/big_message.py", str(int(2.5 * (1 << 30)))], ranks=2, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["ok"]
+    assert result["bytes"] == result["wire_recv"] == [int(2.5 * (1 << 30))] * 2

@@ -2,9 +2,11 @@
 
 A peer's file holds its record (`p2pfl.algorithms.peer`) field by field: objects with `state_dict` (modules,
 optimisers, the data cursor, model pools) by their state dict, RNG generators by their state, tensors and plain
-values as they are. Fields marked not to checkpoint are skipped. The state file is written by rank 0 after every
-rank has written its peers' files, so it only ever names a round whose peer files are all complete. Every file
-is replaced atomically.
+values as they are. Fields marked not to checkpoint are skipped. Peer files carry their round in their name; the
+state file is written by rank 0 after every rank has written its peers' files, names that round, and only then
+are older rounds' files removed. So a job killed while writing a checkpoint leaves the previous one whole and
+named by the state file. Every file is written atomically. A truncated or foreign file is a one-line error
+naming it.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import torch
 from p2pfl.runtime.files import write_atomic
 
 CHECKPOINT = "checkpoint"
+FORMAT = "p2pfl-checkpoint-1"
 
 
 def _saved(value: Any) -> Any:
@@ -56,26 +59,53 @@ def restore_record(record: Any, state: dict[str, Any], device: torch.device, sou
         setattr(record, f.name, _restored(getattr(record, f.name), state[f.name], device))
 
 
-def _peer_path(run_dir: Path, peer: int) -> Path:
-    return Path(run_dir) / "checkpoint" / f"peer-{peer:05d}.pt"
+def _peer_path(run_dir: Path, peer: int, round: int) -> Path:
+    return Path(run_dir) / "checkpoint" / f"peer-{peer:05d}.r{round:06d}.pt"
+
+
+def _state_path(run_dir: Path) -> Path:
+    return Path(run_dir) / "checkpoint" / "state.json"
 
 
 def save_peer(run_dir: Path, peer: int, round: int, state: dict[str, Any]) -> None:
     buf = io.BytesIO()
-    torch.save({"round": round, "state": state}, buf)
-    write_atomic(_peer_path(run_dir, peer), buf.getvalue())
+    torch.save({"format": FORMAT, "peer": peer, "round": round, "state": state}, buf)
+    write_atomic(_peer_path(run_dir, peer, round), buf.getvalue())
 
 
 def load_peer(run_dir: Path, peer: int, round: int, device: torch.device) -> dict[str, Any]:
-    blob = torch.load(_peer_path(run_dir, peer), map_location=device, weights_only=False)
+    """The state of `peer` saved at `round`; ValueError (one line, naming the file) if it is missing, truncated
+    or not this peer's checkpoint."""
+    path = _peer_path(run_dir, peer, round)
+    if not path.is_file():
+        raise ValueError(f"--resume: {path} is missing (the checkpoint of round {round} is incomplete)")
+    try:
+        blob = torch.load(path, map_location=device, weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the same user-facing error
+        raise ValueError(f"--resume: {path} is not a readable p2pfl checkpoint (truncated or corrupt: "
+                         f"{type(exc).__name__})") from None
+    if not isinstance(blob, dict) or blob.get("format") != FORMAT or blob.get("peer") != peer:
+        raise ValueError(f"--resume: {path} is not a p2pfl checkpoint of peer {peer}")
     if blob["round"] != round:
-        raise ValueError(f"--resume: checkpoint of peer {peer} is from round {blob['round']}, expected {round}")
+        raise ValueError(f"--resume: {path} is from round {blob['round']}, expected {round}")
     return blob["state"]
 
 
 def save_state(run_dir: Path, round: int, n_peers: int) -> None:
-    write_atomic(Path(run_dir) / "checkpoint" / "state.json", json.dumps({"round": round, "peers": n_peers}))
+    """Name `round` as the checkpoint to resume from, then remove the peer files of every other round."""
+    write_atomic(_state_path(run_dir), json.dumps({"format": FORMAT, "round": round, "peers": n_peers}))
+    for old in (Path(run_dir) / "checkpoint").glob("peer-*.r*.pt"):
+        if not old.name.endswith(f".r{round:06d}.pt"):
+            old.unlink(missing_ok=True)
 
 
 def load_state(run_dir: Path) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / "checkpoint" / "state.json").read_text())
+    """The state file; ValueError (one line, naming it) if it is unreadable or not a p2pfl checkpoint's."""
+    path = _state_path(run_dir)
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--resume: {path} is not a readable checkpoint state ({type(exc).__name__})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT or not isinstance(state.get("round"), int):
+        raise ValueError(f"--resume: {path} is not a p2pfl checkpoint state")
+    return state
