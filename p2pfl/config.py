@@ -96,6 +96,17 @@ class RunConfig:
     straggler_work: float = _opt(0.5, "the share of its local steps a straggler does, in (0, 1]", section="network")
     rejoin: str = _opt("mix", "a peer back after sitting out first takes its fresh neighbours' mix (mix) or trains "
                               "from its own stale model (stale)", ("mix", "stale"), section="network")
+    # byzantine: attackers and robust aggregation (p2pfl.byzantine)
+    byzantine: str | None = _opt(None, "attacking peers: a count drawn with the seed (2) or a list (3,7)",
+                                 section="byzantine")
+    attack: str = _opt("sign-flip", "what attackers send", _owned("p2pfl.byzantine", "ATTACKS"), section="byzantine")
+    attack_scale: float = _opt(1.0, "strength of sign-flip (-s·x) and gaussian (x + s·N(0, I))", section="byzantine")
+    aggregator: str = _opt("mean", "how honest peers combine what they receive",
+                           _owned("p2pfl.byzantine", "AGGREGATORS"), section="byzantine")
+    trim: int = _opt(1, "values trimmed per side (trimmed-mean); attackers assumed per neighbourhood (clipped-gossip)",
+                     section="byzantine")
+    clip_radius: float | None = _opt(None, "fixed clipping radius of clipped-gossip (default: the paper's adaptive "
+                                           "choice)", section="byzantine")
     # consensus
     vector_size: int = _opt(1_000_000, "floats per peer for --algorithm consensus", section="consensus")
     vector_dtype: str = _opt("float32", "precision of the consensus vectors (float64 isolates the weights from "
@@ -323,6 +334,9 @@ def validate(cfg: RunConfig) -> None:
            f"server is the star's hub serving its leaves; use it with --topology star, not {cfg.topology}")
     _check(not cfg.resample or cfg.topology == "random", "resample",
            f"redraws the random graph G(K, p); use it with --topology random, not {cfg.topology}")
+    _check(cfg.trim >= 0, "trim", f"must be >= 0, got {cfg.trim}")
+    _check(cfg.clip_radius is None or cfg.clip_radius > 0, "clip_radius", f"must be > 0, got {cfg.clip_radius}")
+    _check(cfg.attack_scale >= 0, "attack_scale", f"must be >= 0, got {cfg.attack_scale}")
     _check(cfg.timeout > 0, "timeout", f"must be > 0 seconds, got {cfg.timeout}")
     _check(cfg.threads >= 1, "threads", f"must be >= 1, got {cfg.threads}")
     _check(cfg.chunk_mb >= 1, "chunk_mb", f"must be >= 1, got {cfg.chunk_mb}")
@@ -386,6 +400,9 @@ def resolve(cfg: RunConfig, world_size: int) -> ResolvedRun:
     _check(peers >= 2, "peers", f"need at least 2 peers, got {peers} (set --peers or run more ranks)")
     _check(peers >= world_size, "peers",
            f"{peers} peers cannot fill {world_size} MPI ranks; use --peers >= {world_size} or fewer ranks")
+    if cfg.byzantine is not None:
+        from p2pfl.byzantine import choose_byzantine
+        choose_byzantine(cfg.byzantine, peers, cfg.seed)
     if cfg.crash is not None:
         from p2pfl.network import parse_crashes
         crashes = parse_crashes(cfg.crash, peers, cfg.seed)

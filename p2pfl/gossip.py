@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from p2pfl.byzantine import Robust, aggregate, attack_vector
 from p2pfl.comm.exchange import Exchange
 from p2pfl.comm.world import World
 from p2pfl.network.schedule import HUB, RoundNetwork
@@ -31,15 +32,20 @@ def _bad_senders(inbox: dict[int, dict[int, torch.Tensor]], only: set[int] | Non
 
 
 def gossip(exchange: Exchange, net: RoundNetwork, vectors: dict[int, torch.Tensor], round: int,
-           sizes: Sequence[float] | None = None, kind: str = "params") -> dict[int, torch.Tensor]:
+           sizes: Sequence[float] | None = None, kind: str = "params", robust: Robust | None = None
+           ) -> dict[int, torch.Tensor]:
     """x_i ← Σ_j W_ij x_j with the round's weights for every local active peer (`vectors` holds theirs);
     with `sizes`, W_ij is scaled by n_j and the row renormalised. On `--mixing server` the same weights travel
     over the star's two hops (`via_server`).
 
     A non-finite message is rejected: every rank learns of it (collective), the link counts as failed for the
-    round and the weights are recomputed, so the result equals a round in which that link failed."""
+    round and the weights are recomputed, so the result equals a round in which that link failed. With `robust`,
+    attackers (--byzantine) send what their attack says and honest peers combine with the run's aggregator
+    (p2pfl.byzantine)."""
     if net.server:
         return via_server(exchange, net, vectors, round, sizes, kind)
+    if robust is not None and robust.active:
+        return robust_gossip(exchange, net, vectors, round, robust, sizes, kind)
     inbox = exchange.exchange(vectors, round, kind=kind, links=net.incoming)
     mixed = {peer: _combine(vectors[peer], received, net.row(peer, sizes)) for peer, received in inbox.items()}
     suspects = {p for p, v in mixed.items() if not finite(v)}
@@ -47,6 +53,35 @@ def gossip(exchange: Exchange, net: RoundNetwork, vectors: dict[int, torch.Tenso
     if rejected:
         net = net.without(rejected)
         mixed = {peer: _combine(vectors[peer], received, net.row(peer, sizes)) for peer, received in inbox.items()}
+    return mixed
+
+
+def robust_gossip(exchange: Exchange, net: RoundNetwork, vectors: dict[int, torch.Tensor], round: int,
+                  robust: Robust, sizes: Sequence[float] | None = None, kind: str = "params"
+                  ) -> dict[int, torch.Tensor]:
+    """Gossip with attackers and a robust aggregator: attackers keep their own vector and send the attack's;
+    honest peers combine what they receive with `robust.aggregator` (non-finite messages rejected first). The
+    neighbours an aggregator cut are noted on the exchange for the round record."""
+    payloads = dict(vectors)
+    for p in sorted(vectors):
+        if p in robust.byzantine:
+            memory = robust.memory.setdefault((p, kind), {})
+            payloads[p] = attack_vector(robust.attack, vectors[p], seed=exchange.seed, peer=p, round=round,
+                                        scale=robust.scale, heard=memory.get("heard"), first=memory.get("first"))
+            memory.setdefault("first", payloads[p].clone())
+    inbox = exchange.exchange(payloads, round, kind=kind, links=net.incoming)
+    rejected = exchange.reject(round, _bad_senders(inbox), agree=True)
+    if rejected:
+        net = net.without(rejected)
+    mixed = {}
+    for peer, received in inbox.items():
+        kept = {q: v for q, v in received.items() if (peer, q) not in rejected}
+        if peer in robust.byzantine:
+            robust.memory[(peer, kind)]["heard"] = [v.clone() for v in kept.values()]
+            mixed[peer] = vectors[peer]
+            continue
+        mixed[peer], cut = aggregate(robust, peer, vectors[peer], kept, net.row(peer, sizes))
+        exchange.cut += [(peer, q) for q in cut]
     return mixed
 
 

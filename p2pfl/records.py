@@ -70,6 +70,7 @@ class RoundRecord(RoundStart):
     time_schedule_s: float
     rejected: list[list[int]]  # [receiver, sender] of the non-finite messages rejected (failed links)
     rolled_back: list[int]  # peers whose update turned non-finite, set back to their state before the round
+    cut: list[list[int]]  # [receiver, neighbour] the robust aggregator clipped or trimmed (most coordinates)
 
 
 class EvalRecord(TypedDict):
@@ -106,7 +107,8 @@ def round_record(round: int, elapsed_s: float, active: Iterable[int], per_peer: 
                  consensus_distance: float | None, sent: Mapping[int, int], recv: Mapping[int, int], *,
                  time_compute_s: float, time_comm_s: float, time_wait_s: float, time_local_s: float,
                  round_s: float, network: NetworkRecord, time_schedule_s: float,
-                 rejected: Iterable[tuple[int, int]] = (), rolled_back: Iterable[int] = ()) -> RoundRecord:
+                 rejected: Iterable[tuple[int, int]] = (), rolled_back: Iterable[int] = (),
+                 cut: Iterable[tuple[int, int]] = ()) -> RoundRecord:
     """The record of round `round` from the peers' metrics (sorted by peer) and bytes sent/received per peer."""
     record: dict[str, Any] = {"type": "round", "round": round, "elapsed_s": elapsed_s, "active": sorted(active),
                               "network": network}
@@ -118,7 +120,7 @@ def round_record(round: int, elapsed_s: float, active: Iterable[int], per_peer: 
                   bytes_sent_per_peer={str(p): v for p, v in sent.items()}, time_compute_s=time_compute_s,
                   time_comm_s=time_comm_s, time_wait_s=time_wait_s, time_local_s=time_local_s, round_s=round_s,
                   time_schedule_s=time_schedule_s, rejected=[list(pair) for pair in rejected],
-                  rolled_back=list(rolled_back))
+                  rolled_back=list(rolled_back), cut=[list(pair) for pair in cut])
     return record  # type: ignore[return-value]
 
 
@@ -359,6 +361,9 @@ class NetworkManifest(TypedDict):
     stragglers: dict[str, float]
     rejoin: str
     support_edges: int
+    byzantine: list[int]  # attacking peers (--byzantine), excluded from every metric
+    attack: str | None
+    aggregator: str
 
 
 class BaseManifest(TypedDict):

@@ -16,6 +16,7 @@ import networkx as nx
 import numpy as np
 import torch
 
+from p2pfl.byzantine import Robust
 from p2pfl.comm.exchange import Exchange
 from p2pfl.comm.placement import Placement
 from p2pfl.comm.world import World
@@ -58,6 +59,7 @@ class RunContext:
     run_dir: Path
     folder: RunFolder | None = None
     spec: PeersSpec | None = None  # the --peers-spec of the run, read once by p2pfl.config.resolve
+    robust: Robust = field(default_factory=lambda: Robust(frozenset()))  # attackers and the aggregator
     manifest_extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -99,9 +101,13 @@ class Algorithm:
         #: Local peers whose update turned non-finite this round and were rolled back (the runner records them).
         self.rolled_back: list[int] = []
 
+    def evaluated(self) -> frozenset[int]:
+        """The peers whose metrics count: alive (not crashed) and honest (not --byzantine)."""
+        return self.net.alive - self.ctx.robust.byzantine
+
     def alive_peers(self) -> list[int]:
-        """The local peers still up (not crashed) in the current round, ascending."""
-        return [p for p in sorted(self.peers) if p in self.net.alive]
+        """The local peers whose metrics count (alive and honest) in the current round, ascending."""
+        return [p for p in sorted(self.peers) if p in self.evaluated()]
 
     def setup(self) -> None:
         """Build the local peers' state (data, models). Bad input raises ValueError (reported once)."""
@@ -264,7 +270,7 @@ class Runner:
         vectors = self.algo.consensus_vectors()
         if vectors is None:
             return None
-        alive = self.algo.net.alive
+        alive = self.algo.evaluated()
         like = next(iter(vectors.values()))
         return consensus_distance(self.world, {p: v for p, v in vectors.items() if p in alive}, len(alive), like=like)
 
@@ -298,6 +304,7 @@ class Runner:
             "compute_s": (t1 - t0) + (t2 - t1 - comm - wait), "comm_s": comm, "wait_s": wait,
             "local_s": t1 - t0,
             "rejected": ctx.exchange.take_rejected(), "rolled_back": sorted(self.algo.rolled_back),
+            "cut": ctx.exchange.take_cut(),
         }
         self.algo.rolled_back = []
         parts = self.world.gather(part)
@@ -310,7 +317,8 @@ class Runner:
             time_wait_s=max(p["wait_s"] for p in parts), time_local_s=max(p["local_s"] for p in parts),
             round_s=time.perf_counter() - ts, network=network, time_schedule_s=schedule_s,
             rejected=sorted(pair for p in parts for pair in p["rejected"]),
-            rolled_back=sorted(q for p in parts for q in p["rolled_back"]))
+            rolled_back=sorted(q for p in parts for q in p["rolled_back"]),
+            cut=sorted(pair for p in parts for pair in p["cut"]))
         self._log(record)
         self._warn_nonfinite(t, record)
         return record

@@ -10,6 +10,7 @@ import numpy as np
 
 import topologies
 from p2pfl import algorithms
+from p2pfl.byzantine import Robust, choose_byzantine
 from p2pfl.comm.exchange import Exchange
 from p2pfl.comm.placement import Placement
 from p2pfl.comm.world import World
@@ -47,6 +48,9 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     exchange = Exchange(world, graph, placement, timeout=cfg.timeout, chunk_bytes=cfg.chunk_mb << 20,
                         cuda_aware=cfg.cuda_aware_mpi)
     exchange.reject_nonfinite = cfg.on_nonfinite == "rollback"
+    exchange.seed = cfg.seed
+    robust = Robust(choose_byzantine(cfg.byzantine, n_peers, cfg.seed), attack=cfg.attack, scale=cfg.attack_scale,
+                    aggregator=cfg.aggregator, trim=cfg.trim, clip_radius=cfg.clip_radius)
     resume_round = None
     if cfg.resume is not None:
         run_dir = Path(cfg.resume)
@@ -59,7 +63,9 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     if world.is_root:
         folder = RunFolder(run_dir, cfg, resume_round=resume_round)
         folder.update_manifest(**base_manifest(
-            cfg.to_dict(), world.size, hosts, described, schedule.describe(),
+            cfg.to_dict(), world.size, hosts, described,
+            {**schedule.describe(), "byzantine": sorted(robust.byzantine),
+             "attack": cfg.attack if robust.byzantine else None, "aggregator": cfg.aggregator},
             seeds=Seeds(seed=cfg.seed, streams="numpy/torch streams keyed by (seed, peer, purpose); "
                                                 "see p2pfl.seeding"), method_defaults=cfg.method_defaults()))
         if announce:
@@ -70,7 +76,7 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
         if warning:
             print(f"p2pfl: warning: {warning}", flush=True)
     return RunContext(cfg=cfg, world=world, graph=graph, W=np.asarray(W), schedule=schedule, placement=placement,
-                      exchange=exchange, device=device, run_dir=run_dir, folder=folder, spec=run.spec)
+                      exchange=exchange, device=device, run_dir=run_dir, folder=folder, spec=run.spec, robust=robust)
 
 
 def support_graph(cfg: RunConfig, n_peers: int) -> nx.Graph:

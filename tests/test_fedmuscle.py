@@ -316,8 +316,10 @@ def test_fedmuscle_job_on_4_ranks_writes_everything_and_does_not_depend_on_layou
 
 
 def _models(run_dir: Path, n: int) -> list[dict[str, torch.Tensor]]:
-    return [torch.load(run_dir / "checkpoint" / f"peer-{p:05d}.pt", weights_only=False)["state"]["model"]
-            for p in range(n)]
+    from p2pfl.runtime.checkpoint import load_peer, load_state
+
+    last = load_state(run_dir)["round"]
+    return [load_peer(run_dir, p, last, torch.device("cpu"))["model"] for p in range(n)]
 
 
 @pytest.mark.mpi

@@ -180,7 +180,7 @@ def test_every_kind_gives_the_same_metrics_on_1_2_4_ranks(tmp_path: Path) -> Non
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "timeout" not in proc.stderr
         outputs[ranks] = {d.name: normalise(d / "metrics.jsonl") for d in sorted(out.iterdir())}
-    assert len(outputs[0]) == 9
+    assert len(outputs[0]) == 10
     for name, recs in outputs[0].items():
         assert recs == outputs[2][name] == outputs[4][name], name  # bitwise, timings aside
     assert outputs[0]["churn-crash"][-1]["round"] == 6

@@ -24,6 +24,7 @@ class Consensus(Algorithm):
         super().__init__(ctx)
         self.peers: dict[int, ConsensusPeer] = {}
         self.initial_mean: torch.Tensor | None = None
+        self.honest_mean: torch.Tensor | None = None
 
     def setup(self) -> None:
         size = self.cfg.vector_size
@@ -32,10 +33,14 @@ class Consensus(Algorithm):
             x = torch.randn(size, generator=gen, dtype=getattr(torch, self.cfg.vector_dtype))
             self.peers[p] = ConsensusPeer(id=p, x=x.to(self.ctx.device))
         self.initial_mean = exact_mean(self.ctx.world, self.consensus_vectors(), self.ctx.n_peers)
+        honest = self.evaluated()
+        like = self.peers[self.ctx.local_peers[0]].x
+        mine = {p: v for p, v in self.consensus_vectors().items() if p in honest}
+        self.honest_mean = exact_mean(self.ctx.world, mine, len(honest), like=like)
 
     def communicate(self, round: int, net: RoundNetwork) -> None:
         vectors = {p: peer.x for p, peer in self.peers.items() if p in net.active}
-        for p, x in gossip(self.ctx.exchange, net, vectors, round).items():
+        for p, x in gossip(self.ctx.exchange, net, vectors, round, robust=self.ctx.robust).items():
             self.peers[p].x = x
 
     def consensus_vectors(self) -> dict[int, torch.Tensor]:
@@ -43,13 +48,17 @@ class Consensus(Algorithm):
 
     def evaluate(self, round: int, final: bool) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
         """The shift of the mean of all K vectors (crashed peers' kept as they were: the quantity gossip
-        preserves) and each alive peer's distance to the mean of the alive ones."""
+        preserves); each alive honest peer's distance to the mean of those, and to the mean the honest peers
+        started from (where an honest network should end up whatever attackers do)."""
         mean = exact_mean(self.ctx.world, self.consensus_vectors(), self.ctx.n_peers)
         assert self.initial_mean is not None
         shift = float((mean - self.initial_mean).norm() / self.initial_mean.norm())
         alive = self.alive_peers()
         like = self.peers[self.ctx.local_peers[0]].x
-        alive_mean = exact_mean(self.ctx.world, {p: self.peers[p].x for p in alive}, len(self.net.alive), like=like)
+        alive_mean = exact_mean(self.ctx.world, {p: self.peers[p].x for p in alive}, len(self.evaluated()), like=like)
+        start = self.honest_mean
         per_peer = {p: {"distance_to_mean": float((self.peers[p].x.double().cpu() - alive_mean).norm()
-                                                  / alive_mean.norm())} for p in alive}
+                                                  / alive_mean.norm()),
+                        "distance_to_initial_mean": float((self.peers[p].x.double().cpu() - start).norm()
+                                                          / start.norm())} for p in alive}
         return {"mean_shift": shift}, per_peer

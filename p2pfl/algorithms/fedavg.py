@@ -183,6 +183,6 @@ class Scaffold(FedAvg):
     def communicate(self, round: int, net: RoundNetwork) -> None:
         super().communicate(round, net)
         controls = {p: peer.c_local for p, peer in self.peers.items() if p in net.active}
-        mixed = gossip(self.ctx.exchange, net, controls, round, sizes=None, kind="control")
+        mixed = gossip(self.ctx.exchange, net, controls, round, sizes=None, kind="control", robust=self.ctx.robust)
         for p, vec in mixed.items():
             self.peers[p].c_mix = vec

@@ -102,7 +102,8 @@ class GossipLearner(LocalTrainer):
     def communicate(self, round: int, net: RoundNetwork) -> None:
         if not self.communicates:
             return
-        mixed = gossip(self.ctx.exchange, net, self.active_vectors(net), round, self.mix_sizes())
+        mixed = gossip(self.ctx.exchange, net, self.active_vectors(net), round, self.mix_sizes(),
+                       robust=self.ctx.robust)
         for p, vec in mixed.items():
             self.peers[p].mixable.unflatten_(vec)
 
@@ -123,7 +124,7 @@ class GossipLearner(LocalTrainer):
         """The network average x̄ of the alive peers' full states (BatchNorm included); collective."""
         alive = self.alive_peers()
         like = self.peers[self.ctx.local_peers[0]].full.flatten()
-        mean = exact_mean(self.ctx.world, {p: self.peers[p].full.flatten() for p in alive}, len(self.net.alive),
+        mean = exact_mean(self.ctx.world, {p: self.peers[p].full.flatten() for p in alive}, len(self.evaluated()),
                           like=like)
         model = self.new_model()
         MixableState(model).unflatten_(mean.float().to(self.ctx.device))
@@ -149,7 +150,7 @@ class GossipLearner(LocalTrainer):
         """Mean d_w between each alive local peer and its alive neighbours in the support graph (one extra
         exchange of full states)."""
         vectors = {p: self.peers[p].full.flatten() for p in self.alive_peers()}
-        links = self.ctx.exchange.all_links(self.net.alive)
+        links = self.ctx.exchange.all_links(self.evaluated())
         inbox = self.ctx.exchange.exchange(vectors, round, kind="params", links=links)
         out = {}
         for p, received in inbox.items():

@@ -87,10 +87,13 @@ class Exchange:
         self.stats = CommStats()
         self.silent: set[int] = set()  # testing aid: peers that send nothing
         self.poisoned: set[int] = set()  # testing aid: peers whose messages are all NaN
+        self.seed = 0  # the run's seed, for what attackers draw (p2pfl.byzantine)
         #: False (--on-nonfinite abort): a non-finite message ends the job instead of being rejected.
         self.reject_nonfinite = True
         #: (receiver, sender) of the messages rejected since the runner last took them (`take_rejected`).
         self.rejected: list[tuple[int, int]] = []
+        #: (receiver, neighbour) that a robust aggregator clipped or trimmed since the last `take_cut`.
+        self.cut: list[tuple[int, int]] = []
         remote = sorted({placement.rank_of(q) for p in self.local_peers for q in self.neighbors[p]} - {world.rank})
         self.remote_ranks = remote
         self.comm = world.neighbour_comm(remote)
@@ -244,6 +247,11 @@ class Exchange:
     def take_rejected(self) -> list[tuple[int, int]]:
         """The messages rejected since the last call, sorted; clears them."""
         out, self.rejected = sorted(set(self.rejected)), []
+        return out
+
+    def take_cut(self) -> list[tuple[int, int]]:
+        """What robust aggregation cut since the last call, sorted; clears it."""
+        out, self.cut = sorted(set(self.cut)), []
         return out
 
     def _outgoing(self, peer: int, payload: torch.Tensor) -> torch.Tensor:

@@ -25,6 +25,8 @@ RUNS: dict[str, list[str]] = {
     "fedavg-faults": [*TRAINING, "--algorithm", "fedavg", "--optimizer", "sgd", "--lr", "0.02", "--topology", "cycle",
                       "--stragglers", "0.3", "--churn", "0.2", "--crash", "2@2", "--link-failure", "0.2"],
     "nan-messages": [*CONSENSUS, "--topology", "random", "--p", "0.5", "--fault", "nan@3:2"],
+    "byzantine-clipped": [*CONSENSUS, "--topology", "random", "--p", "0.6", "--byzantine", "2", "--attack", "alie",
+                          "--aggregator", "clipped-gossip", "--trim", "2"],
     "fedmuscle-exponential": [*TRAINING, "--algorithm", "fedmuscle", "--topology", "one-peer-exponential",
                               "--public-size", "100", "--public-batch", "8", "--rep-dim", "16", "--muscle-m", "2"],
 }

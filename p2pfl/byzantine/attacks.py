@@ -1,0 +1,67 @@
+"""What a Byzantine peer sends instead of its vector. Every attacker sends one vector to all its neighbours.
+
+- sign-flip: −scale · x (the peer's own vector, negated);
+- gaussian: x + scale · ε, ε ~ N(0, I) from the attacker's own stream (seed, peer, 'attack/t');
+- alie (A Little Is Enough, Baruch et al. 2019): μ − z·σ, the coordinate-wise mean and standard deviation of
+  the vectors the attacker heard in its last exchange (its own included; it cannot see this round's before
+  sending), z = Φ⁻¹((n − s)/n), s = ⌊n/2 + 1⌋ − 1, n its closed neighbourhood;
+- zero: the zero vector;
+- stale: the first vector it ever sent, forever.
+"""
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import torch
+
+from p2pfl.seeding import SHARED, numpy_rng, torch_generator
+
+ATTACKS = ("sign-flip", "gaussian", "alie", "zero", "stale")
+
+
+def choose_byzantine(spec: str | None, n_peers: int, seed: int) -> frozenset[int]:
+    """The attackers: a list of peers ('3,7') or a count ('2') drawn from the stream (seed, SHARED, 'byzantine').
+    ValueError naming --byzantine when a peer does not exist or the count leaves no honest peer."""
+    if spec is None or not spec.strip():
+        return frozenset()
+    parts = [p.strip() for p in spec.split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise ValueError(f"--byzantine: expected a count or a list of peers (2 or 3,7), got {spec!r}")
+    if len(parts) == 1 and "," not in spec:
+        count = int(parts[0])
+        if count >= n_peers:
+            raise ValueError(f"--byzantine: {count} attackers leave no honest peer among {n_peers}")
+        return frozenset(int(p) for p in numpy_rng(seed, SHARED, "byzantine").choice(n_peers, count, replace=False))
+    peers = {int(p) for p in parts}
+    missing = sorted(p for p in peers if p >= n_peers)
+    if missing:
+        raise ValueError(f"--byzantine: peer {missing[0]} does not exist (peers are 0..{n_peers - 1})")
+    if len(peers) >= n_peers:
+        raise ValueError(f"--byzantine: {len(peers)} attackers leave no honest peer among {n_peers}")
+    return frozenset(peers)
+
+
+def alie_z(n: int) -> float:
+    """Baruch et al.'s z for n inputs: Φ⁻¹((n − s)/n) with s = ⌊n/2 + 1⌋ − 1 supporters needed."""
+    s = math.floor(n / 2 + 1) - 1
+    return NormalDist().inv_cdf((n - s) / n) if 0 < (n - s) / n < 1 else 0.0
+
+
+def attack_vector(kind: str, x: torch.Tensor, *, seed: int, peer: int, round: int, scale: float,
+                  heard: list[torch.Tensor] | None = None, first: torch.Tensor | None = None) -> torch.Tensor:
+    """The vector attacker `peer` sends in `round` instead of its own `x`."""
+    if kind == "sign-flip":
+        return -scale * x
+    if kind == "gaussian":
+        gen = torch_generator(seed, peer, f"attack/{round}", x.device)
+        return x + scale * torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)
+    if kind == "zero":
+        return torch.zeros_like(x)
+    if kind == "stale":
+        return first if first is not None else x
+    if kind == "alie":
+        vectors = torch.stack([x, *(heard or [])]).double()
+        mu, sigma = vectors.mean(0), vectors.std(0, unbiased=False)
+        return (mu - alie_z(len(vectors)) * sigma).to(x.dtype)
+    raise ValueError(f"--attack: unknown attack {kind!r}; known: {', '.join(ATTACKS)}")
