@@ -1,0 +1,59 @@
+"""Robust aggregation against the plain gossip mean: one gossip step of a ResNet-18-sized vector per aggregator.
+
+Run under mpirun (one peer per rank, a cycle):
+    mpirun -n 4 python benchmarks/bench_aggregators.py [--numel 11200000] [--repeats 10]
+Each repetition times, in the same process and interleaved, a full `p2pfl.gossip.gossip` step (exchange and
+combination) with every aggregator; rank 0 prints the median seconds of the slowest rank and the ratio to
+`mean` (target: trimmed-mean and clipped-gossip within 2x of mean).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from mpi4py import MPI
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import topologies  # noqa: E402
+from p2pfl.byzantine import AGGREGATORS, Robust  # noqa: E402
+from p2pfl.comm import Exchange, Placement, World  # noqa: E402
+from p2pfl.gossip import gossip  # noqa: E402
+from p2pfl.network import NetworkSchedule  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--numel", type=int, default=11_200_000)
+    parser.add_argument("--repeats", type=int, default=10)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    world = World.detect()
+    n = world.size
+    graph = topologies.build("cycle", n)
+    ex = Exchange(world, graph, Placement(n, n), timeout=600)
+    net = NetworkSchedule(n, graph=graph).at(1)
+    x = {world.rank: torch.randn(args.numel, generator=torch.Generator().manual_seed(world.rank))}
+    times: dict[str, list[float]] = {a: [] for a in AGGREGATORS}
+    for rep in range(args.repeats + 1):
+        for aggregator in AGGREGATORS:
+            robust = Robust(frozenset(), aggregator=aggregator, trim=1)
+            world.barrier()
+            t0 = MPI.Wtime()
+            gossip(ex, net, x, round=rep, robust=robust)
+            seconds = world.allreduce_max(MPI.Wtime() - t0)
+            if rep:  # the first repetition warms up
+                times[aggregator].append(seconds)
+    if world.is_root:
+        base = statistics.median(times["mean"])
+        print(f"gossip step of {args.numel} floats on a cycle of {n} ranks, median of {args.repeats}:")
+        for aggregator in AGGREGATORS:
+            t = statistics.median(times[aggregator])
+            print(f"  {aggregator:<15} {t * 1e3:8.1f} ms   {t / base:5.2f}x mean")
+
+
+if __name__ == "__main__":
+    main()
