@@ -8,35 +8,25 @@ combination) with every aggregator; rank 0 prints the median seconds of the slow
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
 
-import torch
 from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import topologies  # noqa: E402
+from benchmarks.cycle import cycle_arguments, cycle_exchange  # noqa: E402
 from p2pfl.byzantine import AGGREGATORS, Robust  # noqa: E402
-from p2pfl.comm import Exchange, Placement, World  # noqa: E402
 from p2pfl.gossip import gossip  # noqa: E402
 from p2pfl.network import NetworkSchedule  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--numel", type=int, default=11_200_000)
-    parser.add_argument("--repeats", type=int, default=10)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    world = World.detect()
-    n = world.size
-    graph = topologies.build("cycle", n)
-    ex = Exchange(world, graph, Placement(n, n), timeout=600)
-    net = NetworkSchedule(n, graph=graph).at(1)
-    x = {world.rank: torch.randn(args.numel, generator=torch.Generator().manual_seed(world.rank))}
+    args = cycle_arguments(repeats=10).parse_args()
+    world, graph, ex, payload = cycle_exchange(args.numel)
+    net = NetworkSchedule(world.size, graph=graph).at(1)
+    x = {world.rank: payload}
     times: dict[str, list[float]] = {a: [] for a in AGGREGATORS}
     for rep in range(args.repeats + 1):
         for aggregator in AGGREGATORS:
@@ -49,7 +39,7 @@ def main() -> None:
                 times[aggregator].append(seconds)
     if world.is_root:
         base = statistics.median(times["mean"])
-        print(f"gossip step of {args.numel} floats on a cycle of {n} ranks, median of {args.repeats}:")
+        print(f"gossip step of {args.numel} floats on a cycle of {world.size} ranks, median of {args.repeats}:")
         for aggregator in AGGREGATORS:
             t = statistics.median(times[aggregator])
             print(f"  {aggregator:<15} {t * 1e3:8.1f} ms   {t / base:5.2f}x mean")

@@ -7,20 +7,17 @@ rank 0 prints the median seconds of each and their ratio (target: p2pfl at most 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import topologies  # noqa: E402
-from p2pfl.comm import Exchange, Placement, World  # noqa: E402
+from benchmarks.cycle import cycle_arguments, cycle_exchange  # noqa: E402
 
 
 def bare_exchange(comm: MPI.Comm, send: np.ndarray, recvs: list[np.ndarray], neighbours: list[int]) -> None:
@@ -30,17 +27,11 @@ def bare_exchange(comm: MPI.Comm, send: np.ndarray, recvs: list[np.ndarray], nei
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--numel", type=int, default=11_200_000)
-    parser.add_argument("--repeats", type=int, default=20)
+    parser = cycle_arguments(repeats=20)
     parser.add_argument("--json")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    world = World.detect()
+    world, graph, ex, payload = cycle_exchange(args.numel)
     n = world.size
-    graph = topologies.build("cycle", n)
-    ex = Exchange(world, graph, Placement(n, n), timeout=600)
-    payload = torch.randn(args.numel, generator=torch.Generator().manual_seed(world.rank))
     neighbours = sorted(graph.neighbors(world.rank))
     send = payload.numpy()
     recvs = [np.empty_like(send) for _ in neighbours]

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import networkx as nx
-import numpy as np
 import torch
 
 from p2pfl.byzantine import Robust
@@ -45,13 +44,12 @@ SPECTRAL_MAX_PEERS = 256
 
 @dataclass
 class RunContext:
-    """What an algorithm sees of the run: the configuration, the graph (the support of every round's links) and
-    its static weights, the schedule of round networks, this rank's peers."""
+    """What an algorithm sees of the run: the configuration, the graph (the support of every round's links),
+    the schedule of round networks (their weights included), this rank's peers."""
 
     cfg: RunConfig
     world: World
     graph: nx.Graph
-    W: np.ndarray
     schedule: NetworkSchedule
     placement: Placement
     exchange: Exchange

@@ -31,7 +31,7 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     cfg = run.cfg
     n_peers = cfg.peers
 
-    def build_network() -> tuple[nx.Graph, np.ndarray, NetworkSchedule, dict]:
+    def build_network() -> tuple[nx.Graph, NetworkSchedule, dict]:
         graph = support_graph(cfg, n_peers)
         schedule = NetworkSchedule.from_config(cfg, graph)
         lonely = schedule.lonely(cfg.rounds)
@@ -39,9 +39,9 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
             option = f"--crash {cfg.crash}" if cfg.crash else f"--topology {cfg.topology}"
             raise ValueError(f"{option}: peer(s) {lonely} would have no neighbour up in any round")
         shown = shown_weights(schedule, cfg.rounds)
-        return graph, shown[1], schedule, topologies.describe(*shown)
+        return graph, schedule, topologies.describe(*shown)
 
-    graph, W, schedule, described = agree(world, build_network)
+    graph, schedule, described = agree(world, build_network)
     device = agree(world, lambda: select_device(cfg.device, world.local_rank))
     configure_determinism(cfg.threads, device)
     placement = Placement(n_peers, world.size)
@@ -75,7 +75,7 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
         warning = biased_consensus_warning(cfg)
         if warning:
             print(f"p2pfl: warning: {warning}", flush=True)
-    return RunContext(cfg=cfg, world=world, graph=graph, W=np.asarray(W), schedule=schedule, placement=placement,
+    return RunContext(cfg=cfg, world=world, graph=graph, schedule=schedule, placement=placement,
                       exchange=exchange, device=device, run_dir=run_dir, folder=folder, spec=run.spec, robust=robust)
 
 
