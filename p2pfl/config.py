@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import math
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -227,9 +228,16 @@ def _convert(f: dataclasses.Field, value: Any) -> Any:
                 raise ValueError
             return int(float(value)) if isinstance(value, str) and "e" in value.lower() else int(value)
         if typ is float:
-            return float(value)
+            number = float(value)
+            if not math.isfinite(number):
+                raise ConfigError(f"{_flag(f.name)}: must be a finite number, got {value!r}")
+            return number
+        if isinstance(value, (list, dict, set, tuple, bytes)):
+            raise ValueError
         return str(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
         raise ConfigError(f"{_flag(f.name)}: expected {typ.__name__}, got {value!r}") from None
 
 
@@ -242,6 +250,8 @@ def load_yaml(path: str) -> dict[str, Any]:
             data = yaml.safe_load(fh) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"--config: {path} is not valid YAML ({str(exc).splitlines()[0]})") from None
+    except (UnicodeDecodeError, OSError) as exc:
+        raise ConfigError(f"--config: {path} is not a readable UTF-8 text file ({type(exc).__name__})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"--config: {path} must hold a mapping of option: value")
     known = {f.name for f in options()}
@@ -259,6 +269,13 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RunConfig, bool]:
     parser = build_parser()
 
     def fail(message: str) -> None:
+        """argparse's messages, reworded to start with the option they are about."""
+        named = re.match(r"argument (--[\w-]+)(?:/[\w-]+)?: (.*)", message)
+        if named:
+            raise ConfigError(f"{named.group(1)}: {named.group(2)}")
+        unknown = re.match(r"unrecognized arguments: (\S+)", message)
+        if unknown and unknown.group(1).startswith("--"):
+            raise ConfigError(f"{unknown.group(1).split('=')[0]}: unknown option (see python -m p2pfl.run --help)")
         raise ConfigError(message)
 
     parser.error = fail  # type: ignore[method-assign]

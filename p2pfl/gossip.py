@@ -70,19 +70,30 @@ def robust_gossip(exchange: Exchange, net: RoundNetwork, vectors: dict[int, torc
                                         scale=robust.scale, heard=memory.get("heard"), first=memory.get("first"))
             memory.setdefault("first", payloads[p].clone())
     inbox = exchange.exchange(payloads, round, kind=kind, links=net.incoming)
-    rejected = exchange.reject(round, _bad_senders(inbox), agree=True)
+
+    def combine(peer: int, received: dict[int, torch.Tensor], net: RoundNetwork) -> tuple[torch.Tensor, list[int]]:
+        if peer in robust.byzantine:
+            return vectors[peer], []
+        return aggregate(robust, peer, vectors[peer], received, net.row(peer, sizes))
+
+    # Every aggregator's result is non-finite when one of its inputs is (NaN and Inf reach the sum, the min/max
+    # or the norm), so only the suspects' messages are checked, as in the plain gossip; attackers check theirs.
+    mixed = {peer: combine(peer, received, net) for peer, received in inbox.items()}
+    suspects = {p for p, (v, _) in mixed.items() if p in robust.byzantine or not finite(v)}
+    rejected = exchange.reject(round, _bad_senders(inbox, suspects), agree=True)
     if rejected:
         net = net.without(rejected)
-    mixed = {}
+    out = {}
     for peer, received in inbox.items():
-        kept = {q: v for q, v in received.items() if (peer, q) not in rejected}
+        # A rejected link fails both ways on an undirected graph: keep only what the surviving graph carries.
+        kept = {q: v for q, v in received.items() if q in net.incoming.get(peer, ())} if rejected else received
+        if rejected:  # the weights of the surviving graph may change every row, as in the plain gossip
+            mixed[peer] = combine(peer, kept, net)
         if peer in robust.byzantine:
             robust.memory[(peer, kind)]["heard"] = [v.clone() for v in kept.values()]
-            mixed[peer] = vectors[peer]
-            continue
-        mixed[peer], cut = aggregate(robust, peer, vectors[peer], kept, net.row(peer, sizes))
+        out[peer], cut = mixed[peer]
         exchange.cut += [(peer, q) for q in cut]
-    return mixed
+    return out
 
 
 def via_server(exchange: Exchange, net: RoundNetwork, vectors: dict[int, torch.Tensor], round: int,

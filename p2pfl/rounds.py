@@ -33,7 +33,15 @@ from p2pfl.records import (
     round_start,
     summary_record,
 )
-from p2pfl.runtime.checkpoint import load_peer, load_state, record_state, restore_record, save_peer, save_state
+from p2pfl.runtime.checkpoint import (
+    ATTACKER_MEMORY,
+    load_peer,
+    load_state,
+    record_state,
+    restore_record,
+    save_peer,
+    save_state,
+)
 from p2pfl.runtime.preemption import PREEMPTED_EXIT, StopSignals
 from p2pfl.runtime.progress import Progress, summary_lines
 from p2pfl.runtime.runfolder import RunFolder
@@ -247,7 +255,11 @@ class Runner:
     def checkpoint(self, round: int) -> None:
         """Save every local peer's state for `round`; collective."""
         for peer in self.ctx.local_peers:
-            save_peer(self.ctx.run_dir, peer, round, record_state(self.algo.peers[peer]))
+            state = record_state(self.algo.peers[peer])
+            remembered = {kind: m for (p, kind), m in self.ctx.robust.memory.items() if p == peer}
+            if remembered:  # an attacker's memory (ALIE: what it heard; stale: its first message)
+                state[ATTACKER_MEMORY] = remembered
+            save_peer(self.ctx.run_dir, peer, round, state)
         self.world.barrier()
         if self.world.is_root:
             save_state(self.ctx.run_dir, round, self.ctx.n_peers)
@@ -260,6 +272,8 @@ class Runner:
         for peer in self.ctx.local_peers:
             saved = load_peer(self.ctx.run_dir, peer, state["round"], self.ctx.device)
             restore_record(self.algo.peers[peer], saved, self.ctx.device, source=f"the checkpoint of peer {peer}")
+            for kind, m in saved.get(ATTACKER_MEMORY, {}).items():
+                self.ctx.robust.memory[(peer, kind)] = m
         self.first_round = state["round"] + 1
         return state["round"]
 

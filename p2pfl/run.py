@@ -30,18 +30,7 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     """Graph, weights, device, placement, exchange and run folder for a resolved run; collective."""
     cfg = run.cfg
     n_peers = cfg.peers
-
-    def build_network() -> tuple[nx.Graph, NetworkSchedule, dict]:
-        graph = support_graph(cfg, n_peers)
-        schedule = NetworkSchedule.from_config(cfg, graph)
-        lonely = schedule.lonely(cfg.rounds)
-        if lonely:
-            option = f"--crash {cfg.crash}" if cfg.crash else f"--topology {cfg.topology}"
-            raise ValueError(f"{option}: peer(s) {lonely} would have no neighbour up in any round")
-        shown = shown_weights(schedule, cfg.rounds)
-        return graph, schedule, topologies.describe(*shown)
-
-    graph, schedule, described = agree(world, build_network)
+    graph, schedule, described = agree(world, lambda: build_network(cfg))
     device = agree(world, lambda: select_device(cfg.device, world.local_rank))
     configure_determinism(cfg.threads, device)
     placement = Placement(n_peers, world.size)
@@ -77,6 +66,18 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
             print(f"p2pfl: warning: {warning}", flush=True)
     return RunContext(cfg=cfg, world=world, graph=graph, schedule=schedule, placement=placement,
                       exchange=exchange, device=device, run_dir=run_dir, folder=folder, spec=run.spec, robust=robust)
+
+
+def build_network(cfg: RunConfig) -> tuple[nx.Graph, NetworkSchedule, dict]:
+    """The support graph, the network schedule and the manifest's description of a resolved configuration;
+    a ValueError naming the option when the network cannot carry the run (a peer left with no neighbour)."""
+    graph = support_graph(cfg, cfg.peers)
+    schedule = NetworkSchedule.from_config(cfg, graph)
+    lonely = schedule.lonely(cfg.rounds)
+    if lonely:
+        option = f"--crash {cfg.crash}" if cfg.crash else f"--topology {cfg.topology}"
+        raise ValueError(f"{option}: peer(s) {lonely} would have no neighbour up in any round")
+    return graph, schedule, topologies.describe(*shown_weights(schedule, cfg.rounds))
 
 
 def support_graph(cfg: RunConfig, n_peers: int) -> nx.Graph:

@@ -15,6 +15,8 @@ from p2pfl.byzantine import Robust, aggregate, attack_vector, choose_byzantine
 from p2pfl.byzantine.aggregators import adaptive_radius
 from p2pfl.run import main
 
+from golden_cases import normalise
+
 
 def test_attacks_follow_their_definitions() -> None:
     x = torch.randn(50, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
@@ -63,6 +65,27 @@ def test_trimmed_mean_and_median_against_a_brute_force() -> None:
         assert float(out[c]) == pytest.approx((column[2] + column[3]) / 2)  # 6 values: the middle two
 
 
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 11])
+def test_trimmed_mean_median_and_cut_match_a_sort_at_every_size(n: int) -> None:
+    """The selection by elementwise min/max equals a sort of each coordinate, and `cut` names exactly the
+    neighbours whose value fell among the trimmed ones in more than half of the coordinates."""
+    own, received = _neighbourhood(seed=n, n=n, d=301)
+    received[n - 1] = received[n - 1] + 50.0  # one neighbour far above: trimmed nearly everywhere
+    rows = torch.stack([own, *(received[j] for j in sorted(received))])
+    ranks = rows.argsort(dim=0).argsort(dim=0)
+    for trim in (1, 2, 3):
+        out, cut = aggregate(Robust(frozenset(), aggregator="trimmed-mean", trim=trim), 0, own, received, [])
+        if n < 2 * trim + 1:
+            assert torch.allclose(out, rows.mean(0)) and cut == []
+            continue
+        assert torch.allclose(out, rows.sort(dim=0).values[trim:n - trim].mean(0))
+        dropped = ((ranks < trim) | (ranks >= n - trim)).double().mean(dim=1)
+        assert cut == [j for k, j in enumerate(sorted(received), start=1) if dropped[k] > 0.5]
+        assert n - 1 in cut
+    middle = rows.sort(dim=0).values[(n - 1) // 2: n // 2 + 1].mean(0)
+    assert torch.allclose(aggregate(Robust(frozenset(), aggregator="median"), 0, own, received, [])[0], middle)
+
+
 def test_clipped_gossip_bounds_each_neighbours_pull() -> None:
     own, received = _neighbourhood()
     row = [(0, 0.4), *((j, 0.12) for j in sorted(received))]
@@ -108,3 +131,19 @@ def test_robust_aggregators_keep_honest_peers_near_the_honest_average(tmp_path: 
             distance, cut = _honest_distance(tmp_path, aggregator, scale)
             assert distance < 1.2, (aggregator, scale, distance)
             assert any(cut), aggregator  # the records name whom they cut
+
+
+@pytest.mark.parametrize("attack", ["alie", "stale"])
+def test_an_attackers_memory_is_checkpointed_so_the_resumed_run_is_exact(tmp_path: Path, attack: str) -> None:
+    """ALIE remembers what it heard, stale its first message: a run resumed after round 3 equals an uninterrupted
+    one bit for bit only if the checkpoint kept that memory."""
+    options = ["--algorithm", "fedavg", "--peers", "6", "--topology", "cycle", "--dataset", "synthetic",
+               "--train-subset", "240", "--batch-size", "16", "--local-steps", "2", "--byzantine", "1", "--attack",
+               attack, "--aggregator", "trimmed-mean", "--eval-every", "0", "--no-progress", "--no-plots",
+               "--checkpoint-every", "1", "--out", str(tmp_path)]
+    assert main([*options, "--rounds", "3", "--name", "cut"]) == 0
+    assert main([*options, "--rounds", "6", "--resume", str(tmp_path / "cut")]) == 0
+    assert main([*options, "--rounds", "6", "--name", "whole"]) == 0
+    cut, whole = (normalise(tmp_path / name / "metrics.jsonl") for name in ("cut", "whole"))
+    assert [r for r in cut if r["type"] == "round"] == [r for r in whole if r["type"] == "round"]
+    assert cut[-1] == whole[-1]
