@@ -1,6 +1,10 @@
-"""Compare runs in a markdown report, with FedMuscle's per-peer Δ% against local training.
+"""Compare runs in a markdown report, with FedMuscle's per-peer Δ% against local training; or report a study.
 
     python -m analysis.report RUN_DIR [RUN_DIR ...] [--out report.md] [--baseline LOCAL_RUN_DIR] [--no-plots]
+    python -m analysis.report STUDY_DIR [--out REPORT_DIR] [--no-plots] [--metric NAME]
+
+A folder with a plan.json is a study (runs over a grid of options x seeds): its report (groups over seeds,
+95% confidence intervals, figures) is analysis.study's, written into STUDY_DIR/report/ unless --out says where.
 
 Rebuilds each run's plots, prints one markdown table with a row per run (algorithm, topology, peers,
 partition, rounds, final eval metrics, bytes sent per peer per round, wall time) and writes it to --out.
@@ -23,6 +27,7 @@ from p2pfl.runtime.progress import format_bytes
 
 from .delta import Delta, delta_percent, lower_is_better
 from .runs import Run, RunFolderError, load_run
+from .study import StudyFolderError, is_study, write_study_report
 
 __all__ = [
     "Delta",
@@ -173,12 +178,28 @@ def build_report(runs: Sequence[Run], baseline: Run | None = None, out_path: Pat
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry: rebuild plots, print the report and write it to --out."""
     parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders to compare")
-    parser.add_argument("--out", default="report.md", help="markdown file to write (default: report.md)")
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                        help="run folders to compare, or one study folder (a folder with plan.json)")
+    parser.add_argument("--out", default=None,
+                        help="markdown file to write (default: report.md); for a study, the report folder (default: "
+                             "STUDY_DIR/report; a name ending in .md is the markdown file, the rest goes beside it)")
     parser.add_argument("--baseline", metavar="LOCAL_RUN_DIR",
                         help="a 'local' run with the same peers, for the per-peer Δ%% table")
-    parser.add_argument("--no-plots", action="store_true", help="do not rebuild the runs' plots")
+    parser.add_argument("--no-plots", action="store_true",
+                        help="do not rebuild the runs' plots (for a study: do not draw its figures)")
+    parser.add_argument("--metric", help="study only: the metric of the figures (default: the test, kNN or probe "
+                                         "accuracy the runs report)")
     args = parser.parse_args(argv)
+
+    studies = [p for p in args.runs if is_study(p)]
+    if studies:
+        if len(args.runs) > 1 or args.baseline:
+            print("analysis.report: a study folder is reported on its own (no other folders, no --baseline)",
+                  file=sys.stderr)
+            return 2
+        return _study_main(studies[0], args.out, not args.no_plots, args.metric)
+    if args.metric:
+        print("analysis.report: note: --metric applies to study folders only", file=sys.stderr)
 
     try:
         runs = [load_run(p) for p in args.runs]
@@ -198,10 +219,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"analysis.report: plots of {run.name} failed: {type(exc).__name__}: {exc}",
                       file=sys.stderr)
 
-    out = Path(args.out)
+    out = Path(args.out or "report.md")
     text = build_report(runs, baseline, out_path=out, plots=plots)
     print(text)
     write_atomic(out, text)
+    return 0
+
+
+def _study_main(study_dir: str, out: str | None, plots: bool, metric: str | None) -> int:
+    """The study report: print the markdown, write report.md, table.csv and the figures."""
+    try:
+        text, written = write_study_report(study_dir, out, plots=plots, metric=metric)
+    except StudyFolderError as exc:
+        print(f"analysis.report: {exc}", file=sys.stderr)
+        return 2
+    print(text)
+    print(f"analysis.report: wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
     return 0
 
 

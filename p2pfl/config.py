@@ -88,7 +88,7 @@ class RunConfig:
                           section="network")
     link_failure: float = _opt(0.0, "probability Q in [0, 1) that a link fails in a round, each independently",
                                section="network")
-    crash: str | None = _opt(None, "peers that stop for good: PEER@ROUND or FRACTION@ROUND (0.15@3, 15%@3), "
+    crash: str | None = _opt(None, "peers that stop for good: PEER@ROUND or FRACTION@ROUND (0.15@3, 15%%@3), "
                                    "comma-separated", section="network")
     churn: float = _opt(0.0, "probability in [0, 1) that a peer is offline in a round, each independently",
                         section="network")

@@ -101,8 +101,8 @@ SHOWN_ROUNDS = 32
 def shown_weights(schedule: NetworkSchedule, rounds: int) -> tuple[nx.Graph, np.ndarray]:
     """The graph and W the manifest's topology record describes: the static ones, or for a changing network
     its support with the mean W of its first rounds (everyone taking part, no failures)."""
-    if schedule.kind == "static":
-        return schedule.support, schedule.at(0).W
+    if schedule.kind == "static":  # failures and participation are draws per round, described in `network`
+        return schedule.support, schedule.static_weights
     horizon = max(1, min(rounds, SHOWN_ROUNDS))
     everyone = range(schedule.n)
     return schedule.support, sum(schedule.at(t, active=everyone).W for t in range(1, horizon + 1)) / horizon

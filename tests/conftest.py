@@ -37,3 +37,22 @@ def runs_dir(tmp_path: Path) -> Path:
     path = tmp_path / "runs"
     path.mkdir()
     return path
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """One Slurm cluster (tests/slurm_cluster.py) for the whole session, stopped at its end; tests using it are
+    marked `slurm`. Skipped unless root with Debian's slurmctld, slurmd, slurm-client and munge installed."""
+    from slurm_cluster import SlurmCluster, missing_binaries
+
+    if os.geteuid() != 0:
+        pytest.skip("the Slurm test cluster runs its daemons as root: run the slurm tests as root")
+    missing = missing_binaries()
+    if missing:
+        pytest.skip(f"no Slurm here ({', '.join(missing)} not found): apt-get install -y "
+                    "--no-install-recommends slurmctld slurmd slurm-client munge")
+    cluster = SlurmCluster().start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -184,3 +184,14 @@ def test_every_kind_gives_the_same_metrics_on_1_2_4_ranks(tmp_path: Path) -> Non
     for name, recs in outputs[0].items():
         assert recs == outputs[2][name] == outputs[4][name], name  # bitwise, timings aside
     assert outputs[0]["churn-crash"][-1]["round"] == 6
+
+
+def test_the_manifest_describes_the_topologys_own_weights_not_one_rounds_failures(tmp_path: Path) -> None:
+    """Link failures are per-round draws (described under `network`): the topology record keeps the cycle's
+    Metropolis weights, 1/3 on each neighbour and itself (8 peers, so every row has exactly three 1/3 entries)."""
+    run(tmp_path, "lossy", *CONSENSUS, "--rounds", "2", "--topology", "cycle", "--link-failure", "0.5")
+    manifest = json.loads((tmp_path / "lossy" / "manifest.json").read_text())
+    W = torch.tensor(manifest["topology"]["mixing"], dtype=torch.float64)
+    assert manifest["network"]["link_failure"] == 0.5
+    assert torch.allclose(W, W.T) and all(sorted(row.tolist())[-3:] == pytest.approx([1 / 3] * 3) for row in W)
+    assert int((W > 0).sum()) == 3 * 8

@@ -238,6 +238,11 @@ class NetworkSchedule:
             return (af + np.eye(self.n)) / (af.sum(axis=1) + 1.0)[:, None]
         return KINDS[self.mixing](af)
 
+    @property
+    def static_weights(self) -> np.ndarray:
+        """W of the static graph with every peer and link up (what the topology itself mixes by)."""
+        return self._static_W
+
     def at(self, t: int, active: Sequence[int] | None = None) -> RoundNetwork:
         """The network of round t (`active` overrides who takes part: a testing aid)."""
         alive = self.alive(t)

@@ -1,0 +1,345 @@
+"""The report of a study: many runs of ``python -m p2pfl.run`` over a grid of options x seeds.
+
+    python -m analysis.report STUDY_DIR [--out REPORT_DIR] [--no-plots] [--metric NAME]
+
+A study folder (written by p2pfl.study) holds ``plan.json`` ({"name", "axes": [axis, ...], "points": [{"name",
+"axes": {axis: label}, "options"}, ...]}), one run folder per point in ``runs/NAME/`` (``summary.json`` once
+finished) and, from the local runner, ``logs/NAME.log`` and ``logs/NAME.rc`` (output and exit status).
+
+Points are grouped by every axis except ``seed``; per group and final eval metric the report gives the mean over
+the finished seeds and its 95% Student-t confidence interval, mean ± t_{0.975,n−1}·s/√n (none for n = 1). A
+group with missing, failed or unfinished points says so in every table: it is never dropped. The report goes into
+``STUDY_DIR/report/``: ``report.md``, ``table.csv`` and the figures of ``analysis.study_plots``.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from p2pfl.records import PEER_MAX, PEER_MIN
+from p2pfl.runtime.files import write_atomic
+from p2pfl.study.folder import StudyFolder
+from topologies.stats import second_eigenvalue_modulus
+
+from .runs import Run, RunFolderError, is_number, load_run
+
+__all__ = [
+    "Group", "Interval", "Point", "Study", "StudyFolderError", "build_study_markdown", "groups_markdown",
+    "headline_metric", "is_study", "load_point", "load_study", "mean_ci", "spectral_gap",
+    "study_table_csv", "t_quantile", "write_study_report",
+]
+
+PLAN = "plan.json"
+SEED_AXIS = "seed"
+CONFIDENCE = 0.95
+#: Point states: finished (summary.json), failed (non-zero exit status, or a run folder that cannot be read),
+#: started but not finished (no summary, no exit status), never started.
+DONE, FAILED, UNFINISHED, MISSING = "done", "failed", "unfinished", "missing"
+#: The figures' default metric: the first of these the runs report, else the first metric with "acc" in it.
+HEADLINE_METRICS = ("test_acc_avg", "knn_acc_avg", "probe_acc_avg", "task_metric_peer_mean", "test_acc_peer_mean",
+                    "knn_acc_peer_mean", "probe_acc_peer_mean")
+
+
+class StudyFolderError(ValueError):
+    """A path given as a study folder is not one, or its plan.json cannot be read."""
+
+
+# ----- statistics -------------------------------------------------------------------------------------------------
+def t_quantile(p: float, df: int) -> float:
+    """The p-quantile of Student's t with df degrees of freedom (scipy.stats, imported only when needed)."""
+    from scipy.stats import t
+
+    return float(t.ppf(p, df))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Mean of n values and its confidence interval; low/high are None when n = 1 (no spread to estimate)."""
+
+    mean: float
+    n: int
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def half_width(self) -> float | None:
+        return None if self.high is None else self.high - self.mean
+
+
+def mean_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval | None:
+    """Mean ± t_{(1+c)/2, n−1}·s/√n (s: the sample standard deviation); None for no values."""
+    xs = np.asarray(values, dtype=float)
+    n = xs.size
+    if n == 0:
+        return None
+    mean = float(xs.mean())
+    if n == 1:
+        return Interval(mean, 1)
+    half = t_quantile((1 + confidence) / 2, n - 1) * float(xs.std(ddof=1)) / math.sqrt(n)
+    return Interval(mean, n, mean - half, mean + half)
+
+
+def spectral_gap(mixing: Sequence[Sequence[float]] | np.ndarray) -> float:
+    """1 − |λ2(W)| of a mixing matrix: how fast gossip over it reaches consensus (topologies.stats)."""
+    return 1.0 - second_eigenvalue_modulus(np.asarray(mixing, dtype=float))
+
+
+# ----- the study folder -------------------------------------------------------------------------------------------
+@dataclass
+class Point:
+    """One point of the plan: its axis labels and options, its state, its run (when the folder is readable) and,
+    for a failed point, the error line."""
+
+    name: str
+    axes: dict[str, str]
+    options: dict[str, Any]
+    state: str
+    run: Run | None = None
+    error: str | None = None
+    log: Path | None = None
+
+    def final_metrics(self) -> dict[str, float]:
+        """The finite numeric final eval metrics of a finished run (the last eval record, else summary.final)."""
+        if self.state != DONE or self.run is None:
+            return {}
+        final = self.run.final_metrics() or dict((self.run.summary or {}).get("final") or {})
+        return {k: float(v) for k, v in final.items() if is_number(v) and math.isfinite(float(v))}
+
+
+def load_point(root: Path, entry: dict[str, Any]) -> Point:
+    """A plan entry with its state as the study runner sees it (p2pfl.study.folder: summary.json done, an exit
+    status other than 0 and 75 failed, ...); a point never started is missing, one started and not finished
+    (running, preempted or stopped) unfinished, a done one whose run folder cannot be read failed."""
+    name = str(entry["name"])
+    folder = StudyFolder(root)
+    seen = folder.state(name)
+    run, error = None, seen.error
+    if folder.run_dir(name).is_dir():
+        try:
+            run = load_run(folder.run_dir(name))
+        except RunFolderError as exc:
+            error = error or str(exc)
+    if seen.state == "done" and run is not None and run.summary is not None:
+        state = DONE
+    elif seen.state == "failed" or seen.state == "done":
+        state = FAILED
+    else:
+        state = UNFINISHED if run is not None or seen.state != "pending" else MISSING
+    log = folder.log(name)
+    axes = {str(k): str(v) for k, v in (entry.get("axes") or {}).items()}
+    return Point(name, axes, dict(entry.get("options") or {}), state, run, error, log if log.is_file() else None)
+
+
+@dataclass
+class Group:
+    """The points that differ only by seed; ``axes`` are their labels on the other axes."""
+
+    axes: dict[str, str]
+    points: list[Point] = field(default_factory=list)
+    seed_word: str = "seeds"
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.axes.items()) or "all"
+
+    @property
+    def done(self) -> list[Point]:
+        return [p for p in self.points if p.state == DONE]
+
+    @property
+    def n_done(self) -> int:
+        return len(self.done)
+
+    @property
+    def n_expected(self) -> int:
+        return len(self.points)
+
+    @property
+    def status(self) -> str:
+        """'2/3 seeds; 1 failed: <error line>; ...': what is finished and what is not, and why."""
+        parts = [f"{self.n_done}/{self.n_expected} {self.seed_word}"]
+        for state in (FAILED, UNFINISHED, MISSING):
+            points = [p for p in self.points if p.state == state]
+            if points:
+                errors = list(dict.fromkeys(p.error for p in points if p.error))
+                parts.append(f"{len(points)} {state}" + (": " + " / ".join(errors) if errors else ""))
+        return "; ".join(parts)
+
+    def interval(self, metric: str) -> Interval | None:
+        """Mean and 95% CI of a final metric over the finished seeds (None when no finished run has it)."""
+        return mean_ci([m[metric] for m in (p.final_metrics() for p in self.done) if metric in m])
+
+    @property
+    def spectral_gap(self) -> float | None:
+        """Mean 1 − |λ2(W)| of the manifests' mixing matrices (one per seed: random graphs differ by seed)."""
+        gaps = [spectral_gap(p.run.topology["mixing"]) for p in self.points if p.run is not None and p.run.topology]
+        return sum(gaps) / len(gaps) if gaps else None
+
+
+@dataclass
+class Study:
+    """A study folder as read from disk: the plan's points in plan order and their groups (first-seen order)."""
+
+    path: Path
+    name: str
+    axes: list[str]
+    points: list[Point]
+    groups: list[Group]
+
+    @property
+    def group_axes(self) -> list[str]:
+        return [a for a in self.axes if a != SEED_AXIS]
+
+    @property
+    def seed_word(self) -> str:
+        """What the groups' points are counted as: seeds, or runs when the plan has no seed axis."""
+        return "seeds" if SEED_AXIS in self.axes else "runs"
+
+    @property
+    def metrics(self) -> list[str]:
+        """Every final metric a finished run reports, in order of first appearance."""
+        return list(dict.fromkeys(k for p in self.points for k in p.final_metrics()))
+
+    def counts(self) -> dict[str, int]:
+        return {state: sum(p.state == state for p in self.points) for state in (DONE, FAILED, UNFINISHED, MISSING)}
+
+
+def is_study(path: str | os.PathLike) -> bool:
+    """Whether a folder is a study folder (it holds plan.json)."""
+    return (Path(path) / PLAN).is_file()
+
+
+def load_study(path: str | os.PathLike) -> Study:
+    """Read plan.json and every point's run folder and logs; works while the study is still running."""
+    root = Path(path)
+    try:
+        plan = json.loads((root / PLAN).read_text(encoding="utf-8"))
+        axes = [str(a) for a in plan["axes"]]
+        points = [load_point(root, e) for e in plan["points"]]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise StudyFolderError(f"{root / PLAN}: not a study plan ({type(exc).__name__}: {exc})") from exc
+    seed_word = "seeds" if SEED_AXIS in axes else "runs"
+    groups: dict[tuple[str, ...], Group] = {}
+    for point in points:
+        labels = {a: point.axes.get(a, "") for a in axes if a != SEED_AXIS}
+        groups.setdefault(tuple(labels.values()), Group(labels, seed_word=seed_word)).points.append(point)
+    return Study(root, str(plan.get("name") or root.name), axes, points, list(groups.values()))
+
+
+def headline_metric(study: Study, prefer: str | None = None) -> str | None:
+    """The metric of the figures: ``prefer`` if given, else the first of HEADLINE_METRICS the runs report, else
+    the first with "acc" in its name, else the first."""
+    metrics = study.metrics
+    if prefer is not None:
+        return prefer
+    return next((m for m in HEADLINE_METRICS if m in metrics), None) or next(
+        (m for m in metrics if "acc" in m), metrics[0] if metrics else None)
+
+
+# ----- the tables -------------------------------------------------------------------------------------------------
+def _num(value: float | None) -> str:
+    return "" if value is None else repr(float(value))
+
+
+def study_table_csv(study: Study) -> str:
+    """table.csv: one row per group: axis labels, n_done, n_expected, status, spectral_gap, then per metric its
+    mean, ci_low, ci_high (empty when there is no value or, for n = 1, no interval)."""
+    metrics = study.metrics
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([*study.group_axes, "n_done", "n_expected", "status", "spectral_gap",
+                     *[f"{m}_{col}" for m in metrics for col in ("mean", "ci_low", "ci_high")]])
+    for group in study.groups:
+        row = [*group.axes.values(), group.n_done, group.n_expected, group.status, _num(group.spectral_gap)]
+        for metric in metrics:
+            iv = group.interval(metric)
+            row += [_num(iv.mean), _num(iv.low), _num(iv.high)] if iv else ["", "", ""]
+        writer.writerow(row)
+    return buf.getvalue()
+
+
+def _md(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(_md(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows])
+
+
+def _fmt_interval(iv: Interval | None) -> str:
+    if iv is None:
+        return "–"
+    if iv.half_width is None:
+        return f"{iv.mean:.4g} (n=1, no CI)"
+    return f"{iv.mean:.4g} ± {iv.half_width:.2g}"
+
+
+def groups_markdown(study: Study, metrics: Sequence[str]) -> str:
+    """The groups table: axis labels, status, spectral gap, then mean ± CI half-width of each metric."""
+    header = [*study.group_axes, "runs", "spectral gap", *metrics]
+    rows = []
+    for g in study.groups:
+        gap = g.spectral_gap
+        rows.append([*g.axes.values(), g.status, "–" if gap is None else f"{gap:.4g}",
+                     *[_fmt_interval(g.interval(m)) for m in metrics]])
+    return _md_table(header, rows)
+
+
+def build_study_markdown(study: Study, figures: dict[str, Path] | None = None, base: Path | None = None) -> str:
+    """report.md: the groups table (peer min/max statistics left to table.csv), the points not finished with
+    their error lines, and the figures (linked relative to ``base``, the report's folder)."""
+    counts = study.counts()
+    shown = [m for m in study.metrics if not m.endswith((PEER_MIN, PEER_MAX))]
+    parts = [f"# Study report: {study.name}", "",
+             f"Study folder `{study.path}`; axes: {', '.join(study.axes)}; {len(study.points)} points: "
+             + ", ".join(f"{n} {state}" for state, n in counts.items() if n) + ".", "",
+             f"Groups: every axis except `{SEED_AXIS}`. Cells: mean over the finished {study.seed_word} "
+             f"± half-width of the {CONFIDENCE:.0%} Student-t confidence interval (t_0.975,n−1·s/√n); n=1 has none. "
+             "Spectral gap: 1 − |λ2(W)| of the runs' mixing matrices. Every metric, with the interval bounds, is in "
+             "table.csv.", "", groups_markdown(study, shown), ""]
+    not_done = [p for p in study.points if p.state != DONE]
+    if not_done:
+        parts += ["## Points not finished", "",
+                  _md_table(["point", "state", "error", "log"],
+                            [[p.name, p.state, p.error or "–",
+                              os.path.relpath(p.log, base) if p.log and base else (str(p.log) if p.log else "–")]
+                             for p in not_done]), ""]
+    if figures:
+        parts += ["## Figures", ""]
+        for title, path in figures.items():
+            link = Path(os.path.relpath(path.resolve(), base.resolve())).as_posix() if base else str(path)
+            parts += [f"### {title}", "", f"![{title}]({link})", ""]
+    return "\n".join(parts)
+
+
+def write_study_report(study_dir: str | os.PathLike, out: str | os.PathLike | None = None, plots: bool = True,
+                       metric: str | None = None) -> tuple[str, list[Path]]:
+    """Write report.md, table.csv and (unless ``plots`` is False) the figures into ``out`` (default
+    STUDY_DIR/report; an ``out`` ending in .md names the markdown file, the rest goes beside it); return the
+    markdown and the files written."""
+    study = load_study(study_dir)
+    if metric is not None and study.metrics and metric not in study.metrics:
+        raise StudyFolderError(f"no finished run reports the metric {metric!r}; they report: "
+                               + ", ".join(study.metrics))
+    target = Path(out) if out is not None else study.path / "report"
+    md_path = target if target.suffix == ".md" else target / "report.md"
+    folder = md_path.parent
+    figures: dict[str, Path] = {}
+    if plots:
+        from .study_plots import plot_study
+
+        figures = plot_study(study, folder, headline_metric(study, metric))
+    text = build_study_markdown(study, figures, base=folder)
+    write_atomic(folder / "table.csv", study_table_csv(study))
+    write_atomic(md_path, text)
+    return text, [md_path, folder / "table.csv", *figures.values()]

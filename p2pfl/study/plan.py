@@ -1,0 +1,173 @@
+"""A study file expanded into its points: a base configuration, axes (a full grid) and/or listed points.
+
+    name: topology-robustness          # the study folder's name (default: the file's stem)
+    base: {algorithm: dec-ssl, rounds: 10, ...}    # any p2pfl.run option
+    axes:                              # the full grid, in this order (the last varies fastest)
+      topology: [star, cycle]          # an option's values
+      data:                            # a named bundle: each value sets several options (label optional)
+        - {label: iid, partition: iid}
+        - {label: dir0.1, partition: dirichlet, alpha: 0.1}
+      seed: [0, 1, 2]
+    points:                            # and/or listed points (each a mapping of options, or of axis values)
+      - {topology: complete, seed: 0}
+    slurm: {partition: gpu, time: "02:00:00", throttle: 8}   # sbatch options of --slurm
+
+Each point is named from its axis labels in axis order (`topology-cycle__data-iid__seed-1`), so a name is stable
+as long as the study file says the same; its options are the base updated by its axis values.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from p2pfl.config import ConfigError, options
+
+SEED = "seed"
+_OPTIONS = {f.name for f in options()}
+
+
+class StudyError(ValueError):
+    """A study file that cannot be expanded (one line, naming the key)."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of a study: its name, its label on each axis and its complete p2pfl.run options."""
+
+    name: str
+    axes: dict[str, str]
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    axes: list[str]
+    points: list[Point]
+    base: dict[str, Any] = field(default_factory=dict)
+    slurm: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "axes": self.axes, "base": self.base, "slurm": self.slurm,
+                "points": [{"name": p.name, "axes": p.axes, "options": p.options} for p in self.points]}
+
+    def point(self, name: str) -> Point:
+        return next(p for p in self.points if p.name == name)
+
+
+def _key(name: Any) -> str:
+    return str(name).replace("-", "_")
+
+
+def _label(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value) if abs(value) < 1e15 else value
+    if isinstance(value, (list, tuple)):
+        return "+".join(_label(v) for v in value)
+    return str(value)
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.=+-]+", "_", text).strip("_") or "_"
+
+
+def _axis_value(axis: str, value: Any) -> tuple[str, dict[str, Any]]:
+    """(label, options) of one value on an axis: an option's value, or a bundle mapping of options."""
+    if isinstance(value, dict):
+        bundle = {_key(k): v for k, v in value.items() if k != "label"}
+        unknown = sorted(set(bundle) - _OPTIONS)
+        if unknown:
+            raise StudyError(f"axes.{axis}: unknown option '{unknown[0]}' (see python -m p2pfl.run --help)")
+        label = value.get("label", "_".join(f"{k}-{_label(v)}" for k, v in bundle.items()))
+        return _label(label), bundle
+    if _key(axis) not in _OPTIONS:
+        raise StudyError(f"axes.{axis}: not a p2pfl.run option; a named axis takes mappings of options "
+                         "({label: ..., option: value, ...})")
+    return _label(value), {_key(axis): value}
+
+
+def _mapping(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise StudyError(f"{key}: must be a mapping")
+    return value
+
+
+def expand(data: Any, default_name: str = "study") -> Plan:
+    """The plan of a parsed study file: every point of the grid, then every listed point; StudyError names the
+    key at fault. Point options are not validated here (a bad point fails alone, as its run does)."""
+    if not isinstance(data, dict):
+        raise StudyError("the study file must hold a mapping (name, base, axes, points, slurm)")
+    unknown = sorted(set(data) - {"name", "base", "axes", "points", "seeds", "slurm"})
+    if unknown:
+        raise StudyError(f"unknown key '{unknown[0]}' (allowed: name, base, axes, points, seeds, slurm)")
+    base = {_key(k): v for k, v in _mapping(data, "base").items()}
+    bad = sorted(set(base) - _OPTIONS)
+    if bad:
+        raise StudyError(f"base: unknown option '{bad[0]}' (see python -m p2pfl.run --help)")
+    axes = dict(_mapping(data, "axes"))
+    if "seeds" in data:
+        seeds = data["seeds"]
+        axes[SEED] = list(range(seeds)) if isinstance(seeds, int) else seeds
+    for axis, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise StudyError(f"axes.{axis}: must be a non-empty list of values")
+    grid: list[list[tuple[str, str, dict[str, Any]]]] = [[]]
+    for axis, values in axes.items():
+        choices = [(str(axis), *_axis_value(str(axis), v)) for v in values]
+        grid = [g + [c] for g in grid for c in choices]
+    if not axes:
+        grid = []
+    listed = data.get("points") or []
+    if not isinstance(listed, list) or not all(isinstance(p, dict) for p in listed):
+        raise StudyError("points: must be a list of mappings")
+    for i, entry in enumerate(listed):
+        row = []
+        for axis, value in entry.items():
+            if str(axis) in axes and _key(axis) not in _OPTIONS and not isinstance(value, dict):
+                # an axis value by its label, e.g. data: iid
+                match = [(str(axis), *_axis_value(str(axis), v)) for v in axes[axis]
+                         if _axis_value(str(axis), v)[0] == _label(value)]
+                if not match:
+                    raise StudyError(f"points[{i}].{axis}: no value labelled '{value}' on that axis")
+                row.append(match[0])
+            else:
+                row.append((str(axis), *_axis_value(str(axis), value)))
+        grid.append(row)
+    if not grid:
+        raise StudyError("the study has no points: give axes and/or points")
+    order = list(axes) + [a for row in grid for a, _, _ in row if a not in axes]
+    order = list(dict.fromkeys(order))
+    points, seen = [], set()
+    for row in grid:
+        labels = {a: lab for a, lab, _ in row}
+        opts = dict(base)
+        for _, _, o in row:
+            opts.update(o)
+        name = "__".join(_safe(f"{a}-{labels[a]}") for a in order if a in labels)
+        if name in seen:
+            continue  # a listed point that the grid already holds
+        seen.add(name)
+        points.append(Point(name=name, axes=labels, options=opts))
+    slurm = _mapping(data, "slurm")
+    return Plan(name=_safe(str(data.get("name", default_name))), axes=order, points=points, base=base, slurm=slurm)
+
+
+def load_study(path: str | Path) -> tuple[Plan, str]:
+    """Read and expand a study file; returns the plan and the file's text (kept in the study folder)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+        data = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StudyError(f"{path}: cannot be read ({type(exc).__name__})") from None
+    except yaml.YAMLError as exc:
+        raise StudyError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    try:
+        return expand(data, default_name=path.stem), text
+    except ConfigError as exc:
+        raise StudyError(str(exc)) from None

@@ -1,0 +1,169 @@
+"""The study report (analysis.study): a small real study folder, its table against hand computations.
+
+The study is built as p2pfl.study lays it out: plan.json written here by hand, runs/NAME/ by real tiny runs
+(p2pfl.run.main in this process), logs/NAME.{log,rc} for a failed point; one point is never started.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.report import main as report_main
+from analysis.study import load_study, mean_ci, spectral_gap, t_quantile
+from p2pfl.run import main as run_main
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+T_975_DF1 = 12.706204736  # t_{0.975, 1}, from tables
+T_975_DF2 = 4.302652730
+RUN_OPTIONS = ["--algorithm", "fedavg", "--dataset", "synthetic", "--peers", "4", "--rounds", "3",
+               "--train-subset", "240", "--batch-size", "16", "--local-steps", "2", "--eval-every", "1",
+               "--no-progress", "--no-plots"]
+AXES = ["topology", "data", "seed"]
+#: (topology, seed, what happens): cycle and complete x 2 seeds; complete's third seed fails; star has one
+#: finished seed (n = 1: no interval) and one never started.
+POINTS = [("cycle", 1, "run"), ("cycle", 2, "run"), ("complete", 1, "run"), ("complete", 2, "run"),
+          ("complete", 3, "fail"), ("star", 1, "run"), ("star", 2, "missing")]
+ERROR_LINE = "RuntimeError: out of memory on rank 0"
+METRIC = "test_acc_avg"
+
+
+def point_name(topology: str, seed: int) -> str:
+    return f"topology-{topology}__data-synthetic__seed-{seed}"
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("study")
+    (root / "logs").mkdir()
+    entries = []
+    for topology, seed, what in POINTS:
+        name = point_name(topology, seed)
+        options = [*RUN_OPTIONS, "--topology", topology, "--seed", str(seed)]
+        entries.append({"name": name, "axes": {"topology": topology, "data": "synthetic", "seed": str(seed)},
+                        "options": {"topology": topology, "seed": seed}})
+        if what == "run":
+            assert run_main([*options, "--out", str(root / "runs"), "--name", name]) == 0
+            (root / "logs" / f"{name}.rc").write_text("0\n")
+        elif what == "fail":
+            (root / "logs" / f"{name}.log").write_text(
+                "p2pfl: fedavg on complete\r 33%|###  | 1/3\nTraceback (most recent call last):\n"
+                '  File "p2pfl/run.py", line 1, in <module>\n' + ERROR_LINE + "\n")
+            (root / "logs" / f"{name}.rc").write_text("1\n")
+    (root / "plan.json").write_text(json.dumps({"name": "tiny", "axes": AXES, "points": entries}))
+    (root / "study.yaml").write_text("name: tiny\n")
+    return root
+
+
+def summary_final(study: Path, topology: str, seed: int) -> dict[str, float]:
+    return json.loads((study / "runs" / point_name(topology, seed) / "summary.json").read_text())["final"]
+
+
+def read_table(path: Path) -> dict[str, dict[str, str]]:
+    with open(path, newline="") as fh:
+        return {row["topology"]: row for row in csv.DictReader(fh)}
+
+
+def metropolis(adjacency: np.ndarray) -> np.ndarray:
+    """W_ij = 1/(1 + max(d_i, d_j)) on edges, the rest on the diagonal (written here, not imported)."""
+    deg = adjacency.sum(axis=1)
+    w = np.where(adjacency > 0, 1.0 / (1.0 + np.maximum.outer(deg, deg)), 0.0)
+    return w + np.diag(1.0 - w.sum(axis=1))
+
+
+def test_t_quantile_and_interval():
+    assert t_quantile(0.975, 1) == pytest.approx(T_975_DF1, rel=1e-9)
+    assert t_quantile(0.975, 2) == pytest.approx(T_975_DF2, rel=1e-9)
+    iv = mean_ci([1.0, 2.0, 6.0])
+    s = math.sqrt(((1 - 3) ** 2 + (2 - 3) ** 2 + (6 - 3) ** 2) / 2)
+    assert iv.mean == 3.0 and iv.n == 3
+    assert iv.high == pytest.approx(3 + T_975_DF2 * s / math.sqrt(3), rel=1e-9)
+    assert iv.low == pytest.approx(3 - T_975_DF2 * s / math.sqrt(3), rel=1e-9)
+    single = mean_ci([0.5])
+    assert (single.mean, single.low, single.high) == (0.5, None, None)
+    assert mean_ci([]) is None
+
+
+def test_spectral_gap_closed_forms():
+    # cycle(4) Metropolis: circulant 1/3·(I + S + S⁻¹), eigenvalues 1/3 + 2/3·cos(2πk/4) = 1, 1/3, −1/3, 1/3
+    cycle = np.array([[0, 1, 0, 1], [1, 0, 1, 0], [0, 1, 0, 1], [1, 0, 1, 0]])
+    assert np.allclose(metropolis(cycle), np.full((4, 4), 1 / 3) * (cycle + np.eye(4)))
+    assert spectral_gap(metropolis(cycle)) == pytest.approx(2 / 3)
+    # complete(4): W = J/4, eigenvalues 1, 0, 0, 0; star(4): 1, 3/4, 3/4, 0
+    assert spectral_gap(metropolis(np.ones((4, 4)) - np.eye(4))) == pytest.approx(1.0)
+    star = np.zeros((4, 4))
+    star[0, 1:] = star[1:, 0] = 1
+    assert spectral_gap(metropolis(star)) == pytest.approx(1 / 4)
+
+
+def test_study_loading(study):
+    loaded = load_study(study)
+    assert loaded.name == "tiny" and loaded.group_axes == ["topology", "data"]
+    assert [g.axes["topology"] for g in loaded.groups] == ["cycle", "complete", "star"]
+    assert [(g.n_done, g.n_expected) for g in loaded.groups] == [(2, 2), (2, 3), (1, 2)]
+    # the gap of each group comes from its runs' manifests and matches the closed forms above
+    assert [g.spectral_gap for g in loaded.groups] == pytest.approx([2 / 3, 1.0, 1 / 4])
+    complete = loaded.groups[1]
+    assert complete.status == f"2/3 seeds; 1 failed: {ERROR_LINE}"
+    assert loaded.groups[2].status == "1/2 seeds; 1 missing"
+
+
+def test_study_report(study, tmp_path, capsys):
+    assert report_main([str(study)]) == 0
+    out = study / "report"
+    table = read_table(out / "table.csv")
+    assert list(table) == ["cycle", "complete", "star"]
+
+    # mean and 95% CI of each n = 2 group and every final metric, by hand from the runs' summary.json
+    for topology in ("cycle", "complete"):
+        finals = [summary_final(study, topology, seed) for seed in (1, 2)]
+        row = table[topology]
+        assert METRIC in finals[0] and set(finals[0]) == set(finals[1])
+        for metric in finals[0]:
+            a, b = finals[0][metric], finals[1][metric]
+            mean = (a + b) / 2
+            half = T_975_DF1 * (abs(a - b) / math.sqrt(2)) / math.sqrt(2)  # s = |a − b|/√2, n = 2
+            assert float(row[f"{metric}_mean"]) == pytest.approx(mean, rel=1e-9, abs=1e-15), metric
+            assert float(row[f"{metric}_ci_low"]) == pytest.approx(mean - half, rel=1e-9, abs=1e-15), metric
+            assert float(row[f"{metric}_ci_high"]) == pytest.approx(mean + half, rel=1e-9, abs=1e-15), metric
+        assert (row["n_done"], row["n_expected"]) == ("2", str(2 + (topology == "complete")))
+    assert float(table["cycle"]["spectral_gap"]) == pytest.approx(2 / 3)
+    assert float(table["complete"]["spectral_gap"]) == pytest.approx(1.0)
+
+    # n = 1: the mean is the run's value, no interval; the missing and failed points are in the table
+    star = table["star"]
+    assert float(star[f"{METRIC}_mean"]) == pytest.approx(summary_final(study, "star", 1)[METRIC], rel=1e-12)
+    assert star[f"{METRIC}_ci_low"] == star[f"{METRIC}_ci_high"] == ""
+    assert star["status"] == "1/2 seeds; 1 missing"
+    assert table["complete"]["status"] == f"2/3 seeds; 1 failed: {ERROR_LINE}"
+
+    report = (out / "report.md").read_text()
+    assert report in capsys.readouterr().out  # printed too
+    assert f"2/3 seeds; 1 failed: {ERROR_LINE}" in report
+    assert "1/2 seeds; 1 missing" in report and "(n=1, no CI)" in report
+    assert point_name("star", 2) in report and point_name("complete", 3) in report
+    figures = ["spectral_gap.png", "metric_rounds.png", "consensus.png", "bytes.png"]
+    for name in figures:
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG_SIGNATURE) and len(data) > 5000, name
+        assert f"]({name})" in report
+
+    # --out elsewhere and --no-plots: the table and the markdown, no figures
+    other = tmp_path / "elsewhere"
+    assert report_main([str(study), "--out", str(other), "--no-plots"]) == 0
+    assert sorted(p.name for p in other.iterdir()) == ["report.md", "table.csv"]
+    assert (other / "table.csv").read_text() == (out / "table.csv").read_text()
+    assert ".png" not in (other / "report.md").read_text()
+
+
+def test_cli_run_folders_and_errors(study, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert report_main([str(study / "runs" / point_name("cycle", 1)), "--no-plots"]) == 0
+    assert "fedavg" in (tmp_path / "report.md").read_text()
+    # a study is reported on its own, and --metric must be one the runs report
+    assert report_main([str(study), str(study / "runs" / point_name("cycle", 1))]) == 2
+    assert report_main([str(study), "--metric", "no_such_metric", "--no-plots", "--out", str(tmp_path / "r")]) == 2
