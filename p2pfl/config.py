@@ -29,7 +29,11 @@ if TYPE_CHECKING:
 
 
 class ConfigError(ValueError):
-    """A bad option value: the message is one line naming the option and what is allowed."""
+    """A bad option value: the message is one line naming the option and what is allowed (a value's line breaks
+    and other control characters are shown escaped, so the line stays one)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("".join(c if c.isprintable() else repr(c)[1:-1] for c in str(message)))
 
 
 def _opt(default: Any, help: str, choices: Sequence[str] | Callable[[], Sequence[str]] | None = None,
