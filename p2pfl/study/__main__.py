@@ -93,9 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  [{done[0]}/{len(todo)} {time.monotonic() - t0:6.0f}s] {name}: {verdict}", flush=True)
 
     run_local(folder, todo, ranks=args.ranks_per_run, jobs=jobs, on_event=event)
-    print(status_table(folder.states(names)))
-    failed = [s for s in folder.states(names) if s.state != "done"]
-    return 1 if failed else 0
+    final = folder.states(names)
+    print(status_table(final))
+    return 1 if any(s.state != "done" for s in final) else 0
 
 
 if __name__ == "__main__":

@@ -26,8 +26,8 @@ def sbatch_command(folder: StudyFolder, names: list[str], ranks: int, options: d
                    template: Path = TEMPLATE) -> list[str]:
     """The sbatch command line of the array over `names` (the study's slurm options as --key=value)."""
     options = dict(options)
-    throttle = throttle or int(options.pop("throttle", DEFAULT_THROTTLE))
-    options.pop("throttle", None)
+    configured = int(options.pop("throttle", DEFAULT_THROTTLE))
+    throttle = throttle or configured
     cmd = ["sbatch", "--parsable", f"--array=0-{len(names) - 1}%{throttle}",
            f"--job-name=p2pfl-{folder.path.name}", f"--ntasks={ranks}",
            f"--output={folder.path / 'logs' / 'slurm-%A_%a.out'}"]
