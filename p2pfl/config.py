@@ -141,12 +141,17 @@ class RunConfig:
                          section="training")
     keep_optimizer: bool = _opt(False, "keep optimiser state across rounds (default: reset each round)",
                                 section="training")
+    batch_peers: str = _opt("auto", "train a rank's peers of one architecture as one computation: auto (when the "
+                            "method and model support it and the rank hosts several), on, off",
+                            ("auto", "on", "off"), section="training")
     fedbn: bool = _opt(False, "keep BatchNorm layers local (never mixed)", section="training")
     weight_by_data: bool = _opt(False, "scale mixing weights by shard sizes", section="training")
     temperature: float = _opt(0.5, "contrastive temperature (NT-Xent, MOON)", section="training")
     proj_dim: int = _opt(128, "projection width", section="training")
     probe_epochs: int = _opt(30, "epochs of the linear probe", section="evaluation")
     knn_k: int = _opt(200, "neighbours of the kNN monitor", section="evaluation")
+    eval_peers: int | None = _opt(None, "score a seeded sample of N peers at the final evaluation, plus the network "
+                                  "average (default: every peer)", section="evaluation")
     # MOON and friends
     mu: float = _opt(0.0, "weight of the MOON / FedProx term (moon and fedprox default to their papers' values)",
                      section="moon")
@@ -366,6 +371,7 @@ def validate(cfg: RunConfig) -> None:
         _check(os.path.isfile(os.path.join(cfg.resume, "checkpoint", "state.json")), "resume",
                f"no checkpoint in {cfg.resume} (run with --checkpoint-every N first)")
     _check(cfg.eval_every >= 0, "eval_every", f"must be >= 0, got {cfg.eval_every}")
+    _check(cfg.eval_peers is None or cfg.eval_peers >= 1, "eval_peers", f"must be >= 1, got {cfg.eval_peers}")
     _check(cfg.vector_size >= 1, "vector_size", f"must be >= 1, got {cfg.vector_size}")
     _check(cfg.topology != "file" or cfg.graph_file is not None, "graph_file", "required with --topology file")
     if cfg.graph_file is not None:
@@ -421,6 +427,11 @@ def resolve(cfg: RunConfig, world_size: int) -> ResolvedRun:
     _check(peers >= 2, "peers", f"need at least 2 peers, got {peers} (set --peers or run more ranks)")
     _check(peers >= world_size, "peers",
            f"{peers} peers cannot fill {world_size} MPI ranks; use --peers >= {world_size} or fewer ranks")
+    if cfg.batch_peers == "on":
+        from p2pfl import algorithms
+        _check(getattr(algorithms.get(cfg.algorithm, spec is not None), "batchable", False), "batch_peers",
+               f"'on' needs a method that supports it; --algorithm {cfg.algorithm} does not yet (supported: "
+               f"{', '.join(algorithms.batchable())}); use auto or off")
     if cfg.byzantine is not None:
         from p2pfl.byzantine import choose_byzantine
         choose_byzantine(cfg.byzantine, peers, cfg.seed)

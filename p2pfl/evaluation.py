@@ -70,6 +70,112 @@ def knn_accuracy(train_f: torch.Tensor, train_y: torch.Tensor, test_f: torch.Ten
     return correct / test_f.shape[0]
 
 
+def _check_generators(generators: list[torch.Generator], peers: int) -> None:
+    """One distinct generator per peer: the batched probes draw peer by peer within each epoch, which matches the
+    sequential per-peer draws only when no two peers share a stream."""
+    if len(generators) != peers:
+        raise ValueError(f"need one generator per peer: {len(generators)} generators for {peers} peers")
+    if len({id(g) for g in generators}) != peers:
+        raise ValueError("generators must be distinct objects (a shared one would be drawn in a different order)")
+
+
+def _linear_probes_fit(train_f: torch.Tensor, train_y: torch.Tensor, num_classes: int, epochs: int,
+                       generators: list[torch.Generator], lr: float = 1e-2, batch: int = 512
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fit P linear probes at once on train_f [P, N, D] (shared labels [N]) as one batched logistic regression.
+
+    Returns (weight [P, C, D], bias [P, C], mu [P, 1, D], sigma [P, 1, D]); peer i's probe is what
+    `linear_probe` fits on train_f[i] with generators[i] (same draws, same order), up to float rounding of the
+    batched matmuls. Memory: one standardised copy of train_f ([P, N, D]) plus per-step [P, batch, D] gathers
+    (index_select on the flattened copy: several times faster than advanced indexing or torch.gather on CPU).
+    """
+    peers, n, d = train_f.shape
+    _check_generators(generators, peers)
+    device = train_f.device
+    mu = train_f.mean(1, keepdim=True)
+    sigma = train_f.std(1, keepdim=True).clamp_min(1e-6)
+    x = (train_f - mu).div_(sigma)  # the one full copy
+    weight = torch.stack([torch.randn((num_classes, d), generator=g, device=g.device).to(device) * 0.01
+                          for g in generators]).requires_grad_(True)
+    bias = torch.zeros(peers, num_classes, device=device, dtype=weight.dtype, requires_grad=True)
+    # Adam and the cosine schedule are elementwise / global, so stepping the stacked leaves equals per-peer Adam.
+    opt = torch.optim.Adam([weight, bias], lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs))
+    flat = x.view(peers * n, d)
+    offsets = torch.arange(peers, device=device).unsqueeze(1) * n  # row of peer p's sample j in flat: p * n + j
+    with torch.enable_grad():
+        for _ in range(epochs):
+            order = torch.stack([torch.randperm(n, generator=g, device=g.device).to(device) for g in generators])
+            for start in range(0, n, batch):
+                idx = order[:, start:start + batch]  # [P, b]: each peer's own minibatch
+                xb = flat.index_select(0, (idx + offsets).reshape(-1)).view(peers, -1, d)  # [P, b, D]
+                logits = torch.baddbmm(bias.unsqueeze(1), xb, weight.transpose(1, 2))  # [P, b, C]
+                ce = F.cross_entropy(logits.reshape(-1, num_classes), train_y[idx].reshape(-1), reduction="none")
+                # per-peer mean, summed over peers: each peer's gradient is its own mean-CE gradient
+                loss = ce.view(peers, -1).mean(1).sum()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            sched.step()
+    return weight.detach(), bias.detach(), mu, sigma
+
+
+def linear_probes(train_f: torch.Tensor, train_y: torch.Tensor, test_f: torch.Tensor, test_y: torch.Tensor,
+                  num_classes: int, epochs: int, generators: list[torch.Generator], lr: float = 1e-2,
+                  batch: int = 512, chunk: int = 64) -> list[float]:
+    """`linear_probe` for P peers at once: train_f [P, N, D], test_f [P, M, D], shared labels [N] / [M].
+
+    Entry i equals linear_probe(train_f[i], train_y, test_f[i], test_y, num_classes, epochs, generators[i], lr,
+    batch) up to float rounding, and generators[i] is consumed exactly as there (the [C, D] init randn, then one
+    randperm(N) per epoch); generators must be distinct. Fitting P tiny probes as one batched problem removes
+    the per-step overhead that dominates the one-by-one loop. Peers go `chunk` at a time (results do not
+    depend on it); each chunk copies its features once, standardised ([chunk, N, D] + [chunk, M, D]).
+    """
+    peers = train_f.shape[0]
+    _check_generators(generators, peers)
+    out: list[float] = []
+    for lo in range(0, peers, max(1, chunk)):
+        hi = min(peers, lo + max(1, chunk))
+        weight, bias, mu, sigma = _linear_probes_fit(train_f[lo:hi], train_y, num_classes, epochs,
+                                                     generators[lo:hi], lr, batch)
+        with torch.no_grad():
+            test = (test_f[lo:hi] - mu).div_(sigma)
+            pred = torch.baddbmm(bias.unsqueeze(1), test, weight.transpose(1, 2)).argmax(2)
+            out.extend(float(a) for a in (pred == test_y.unsqueeze(0)).float().mean(1))
+    return out
+
+
+@torch.no_grad()
+def knn_accuracies(train_f: torch.Tensor, train_y: torch.Tensor, test_f: torch.Tensor, test_y: torch.Tensor,
+                   num_classes: int, k: int = 200, temperature: float = 0.1, batch: int = 512,
+                   max_block_bytes: int = 256 * 2**20) -> list[float]:
+    """`knn_accuracy` for P peers at once: train_f [P, N, D], test_f [P, M, D], shared labels [N] / [M].
+
+    Same rule (cosine similarity, top-k, exp(sim/T) weighted votes) and the same `batch` test-row blocks, with
+    one bmm over a chunk of peers chosen so the similarity block [chunk, batch, N] stays under max_block_bytes.
+    """
+    peers, n, _ = train_f.shape
+    m = test_f.shape[1]
+    k = min(k, n)
+    per_peer = min(batch, max(m, 1)) * n * train_f.element_size()
+    chunk = max(1, max_block_bytes // max(per_peer, 1))
+    out: list[float] = []
+    for lo in range(0, peers, chunk):
+        hi = min(peers, lo + chunk)
+        tr = F.normalize(train_f[lo:hi], dim=2).transpose(1, 2)  # [c, D, N]
+        te = F.normalize(test_f[lo:hi], dim=2)
+        correct = torch.zeros(hi - lo, dtype=torch.long, device=train_f.device)
+        for start in range(0, m, batch):
+            sim = torch.bmm(te[:, start:start + batch], tr)  # [c, b, N]
+            top, idx = sim.topk(k, dim=2)
+            del sim
+            votes = torch.zeros(hi - lo, top.shape[1], num_classes, device=top.device)
+            votes.scatter_add_(2, train_y[idx], (top / temperature).exp())
+            correct += (votes.argmax(2) == test_y[start:start + batch].unsqueeze(0)).sum(1)
+        out.extend(int(c) / m for c in correct.tolist())
+    return out
+
+
 @torch.no_grad()
 def accuracy(model_fn: Callable[[torch.Tensor], torch.Tensor], x_uint8: torch.Tensor, y: torch.Tensor, mean, std,
              device: torch.device) -> float:

@@ -381,8 +381,47 @@ class BaseManifest(TypedDict):
     method_defaults: dict[str, Any]  # the options that took the method's paper default (option: value)
 
 
+class BatchVerdict(TypedDict):
+    """One rank's --batch-peers outcome."""
+
+    batched: bool
+    why: str
+
+
+class BatchPeers(TypedDict):
+    """manifest["batch_peers"]: the mode asked for and every rank's verdict."""
+
+    mode: str
+    ranks: list[BatchVerdict]
+
+
+class PeerMemory(TypedDict):
+    """manifest["memory"]: bytes per peer (p2pfl.runtime.memory)."""
+
+    parameters_bytes_per_peer: int
+    optimizer_bytes_per_peer: int
+    shard_bytes_mean: float
+    shard_bytes_max: int
+
+
+class RankPeak(TypedDict):
+    device: str
+    peak_bytes: int
+
+
+class MemoryPeak(TypedDict):
+    """manifest["memory_peak"], written at the end: every rank's peak and the largest."""
+
+    per_rank: list[RankPeak]
+    max_bytes: int
+
+
 class Manifest(BaseManifest, total=False):
     """manifest.json: the base, then what the method records at set-up (`RunContext.record_manifest`)."""
+
+    batch_peers: BatchPeers  # local trainers
+    memory: PeerMemory  # local trainers
+    memory_peak: MemoryPeak  # every run, at the end
 
     partition: DataPartition | TaskGroupPartition  # methods that train on partitioned data
     dataset: DatasetInfo  # learners

@@ -42,9 +42,11 @@ from p2pfl.runtime.checkpoint import (
     save_peer,
     save_state,
 )
+from p2pfl.runtime.memory import peak_bytes
 from p2pfl.runtime.preemption import PREEMPTED_EXIT, StopSignals
 from p2pfl.runtime.progress import Progress, summary_lines
 from p2pfl.runtime.runfolder import RunFolder
+from p2pfl.seeding import SHARED, torch_generator
 
 #: Round records carry ‖W_t − J‖₂ (an SVD of W_t) up to this many peers.
 SPECTRAL_MAX_PEERS = 256
@@ -87,7 +89,7 @@ class Algorithm:
     """A method: what a peer does locally, what it sends, how it combines, how it is evaluated.
 
     Every round the runner sets `net`, the round's network (p2pfl.network.RoundNetwork: links, weights,
-    active, alive and straggling peers), then calls `rejoin`, `local_update` per active peer and `communicate`.
+    active, alive and straggling peers), then calls `rejoin`, `local_updates` of the active peers and `communicate`.
     """
 
     name = "base"
@@ -111,6 +113,16 @@ class Algorithm:
         """The peers whose metrics count: alive (not crashed) and honest (not --byzantine)."""
         return self.net.alive - self.ctx.robust.byzantine
 
+    def eval_sample(self) -> frozenset[int]:
+        """The peers scored one by one at the final evaluation: every evaluated peer, or with --eval-peers N a
+        sample of N of them drawn from the stream (seed, SHARED, 'eval-peers'), the same on every rank."""
+        alive = sorted(self.evaluated())
+        n = self.cfg.eval_peers
+        if n is None or n >= len(alive):
+            return frozenset(alive)
+        gen = torch_generator(self.cfg.seed, SHARED, "eval-peers")
+        return frozenset(alive[i] for i in torch.randperm(len(alive), generator=gen)[:n].tolist())
+
     def alive_peers(self) -> list[int]:
         """The local peers whose metrics count (alive and honest) in the current round, ascending."""
         return [p for p in sorted(self.peers) if p in self.evaluated()]
@@ -121,6 +133,10 @@ class Algorithm:
     def local_update(self, peer: int, round: int) -> dict[str, float]:
         """Peer's local work in `round`; returns its per-peer metrics (e.g. {"loss": ...})."""
         return {}
+
+    def local_updates(self, peers: list[int], round: int) -> dict[int, dict[str, float]]:
+        """The local work of the given local peers in `round` (peer by peer unless a method batches them)."""
+        return {p: self.local_update(p, round) for p in peers}
 
     def rejoin(self, round: int, net: RoundNetwork) -> None:
         """Before local training: bring the peers back from sitting out (`net.rejoining`) up to date."""
@@ -222,6 +238,8 @@ class Runner:
             signals.restore()
         progress.close()
         final = self._evaluate(cfg.rounds, final=True)
+        peaks = world.allgather(peak_bytes(self.ctx.device))
+        self.ctx.record_manifest(memory_peak={"per_rank": peaks, "max_bytes": max(p["peak_bytes"] for p in peaks)})
         extra = self.algo.summary()
         stats = world.gather(self.ctx.exchange.stats.snapshot())
         if not world.is_root:
@@ -301,7 +319,7 @@ class Runner:
         comm0, wait0 = stats.time_comm_s, stats.time_wait_s
         t0 = time.perf_counter()
         self.algo.rejoin(t, net)
-        per_peer = {p: self.algo.local_update(p, t) for p in ctx.local_peers if p in net.active}
+        per_peer = self.algo.local_updates([p for p in ctx.local_peers if p in net.active], t)
         t1 = time.perf_counter()
         for p, metrics in (self.algo.communicate(t, net) or {}).items():
             per_peer.setdefault(p, {}).update(metrics)

@@ -47,7 +47,8 @@ def test_fedbn_never_mixes_batchnorm_and_mixes_everything_else(tmp_path: Path, f
 
 SHORT = ["-m", "p2pfl.run", "--algorithm", "dec-ssl", "--dataset", "synthetic", "--peers", "8", "--topology",
          "random", "--p", "0.5", "--rounds", "2", "--local-steps", "2", "--batch-size", "32", "--probe-epochs", "2",
-         "--knn-k", "20", "--no-progress", "--partition", "dirichlet", "--alpha", "0.5", "--eval-every", "1"]
+         "--knn-k", "20", "--no-progress", "--partition", "dirichlet", "--alpha", "0.5", "--eval-every", "1",
+         "--batch-peers", "off"]  # compared bit for bit across layouts: peer by peer
 
 
 def _records(run_dir: Path) -> list[dict]:

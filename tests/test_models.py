@@ -377,3 +377,24 @@ def test_hf_lora_init_model_keeps_pretrained_and_redraws_adapters(tiny_hf_vit):
             for k, v in sa.items() if "lora_" not in k}
     for k, v in base.items():
         assert torch.equal(v, ref[k]), k
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 24, 24), (2, 3, 7, 9), (1, 1, 2, 2)])
+def test_fast_max_pool_equals_max_pool2d_without_gradients(shape) -> None:
+    """MaxPool2x2 without gradients takes strided maxima: the same values as max_pool2d (NaN propagates, odd
+    sizes are floored); with gradients it is max_pool2d itself."""
+    import torch.nn.functional as F
+
+    from p2pfl.models.base import MaxPool2x2
+    x = torch.randn(shape)
+    x[0, 0, 0, 0] = float("nan")
+    with torch.no_grad():
+        fast = MaxPool2x2()(x)
+    ref = F.max_pool2d(x, 2)
+    assert torch.equal(fast.isnan(), ref.isnan())
+    assert torch.equal(fast.nan_to_num(7.0), ref.nan_to_num(7.0))
+    y = torch.randn(shape, requires_grad=True)
+    MaxPool2x2()(y).sum().backward()
+    z = y.detach().clone().requires_grad_(True)
+    F.max_pool2d(z, 2).sum().backward()
+    assert torch.equal(y.grad, z.grad)

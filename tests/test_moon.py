@@ -168,7 +168,8 @@ def test_default_and_explicit_mu(tmp_path: Path) -> None:
 
 RUN = ["--algorithm", "moon", "--dataset", "synthetic", "--peers", "4", "--topology", "complete",
        "--mixing", "uniform", "--optimizer", "sgd", "--lr", "0.05", "--batch-size", "32", "--train-subset", "512",
-       "--alpha", "0.5", "--threads", "1", "--no-progress", "--no-plots"]
+       "--alpha", "0.5", "--threads", "1", "--no-progress", "--no-plots",
+       "--batch-peers", "off"]  # compared bit for bit across layouts: peer by peer
 
 
 def _comparable(record: dict) -> dict:

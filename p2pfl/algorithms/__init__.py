@@ -27,6 +27,11 @@ def names() -> list[str]:
     return list(_REGISTRY)
 
 
+def batchable() -> list[str]:
+    """The methods whose co-located peers can train as one computation (--batch-peers)."""
+    return [n for n in _REGISTRY if getattr(get(n), "batchable", False)]
+
+
 def get(name: str, peers_spec: bool = False) -> type:
     """The Algorithm class registered under `name` (its heterogeneous-peers variant with `peers_spec`)."""
     target = _WITH_PEERS_SPEC.get(name, _REGISTRY[name]) if peers_spec else _REGISTRY[name]

@@ -25,10 +25,11 @@ from torch import nn
 
 from p2pfl.algorithms.gossip_learner import GossipLearner, GossipPeer
 from p2pfl.algorithms.peer import Peer, derived
-from p2pfl.algorithms.scoring import classifier_scores
-from p2pfl.data import supervised_augment
+from p2pfl.algorithms.scoring import classifier_scores, classifier_scores_stacked
+from p2pfl.data import supervised_apply, supervised_draw
 from p2pfl.gossip import gossip
 from p2pfl.models import MoonNet, build_encoder
+from p2pfl.models.stacked import PeerStack
 from p2pfl.network import RoundNetwork
 
 MOON_PROJ_DIM = 256  # MOON's out_dim (the projection width of ModelFedCon), fixed as in the paper
@@ -48,6 +49,7 @@ class FedAvg(GossipLearner):
 
     name = "fedavg"
     defaults = MOON_PAPER
+    batchable = True
 
     def setup(self) -> None:
         super().setup()
@@ -58,21 +60,25 @@ class FedAvg(GossipLearner):
         encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size)
         return MoonNet(encoder, self.dataset.num_classes, proj_dim=MOON_PROJ_DIM)
 
-    def augment(self, peer: GossipPeer, x: torch.Tensor) -> torch.Tensor:
+    def draw(self, peer: GossipPeer, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return supervised_draw(x, peer.augment_rng)
+
+    def apply(self, x: torch.Tensor, draws: dict[str, torch.Tensor]) -> torch.Tensor:
         """MOON's supervised transform (random crop with 4-pixel padding, flip, normalise) on a uint8 batch."""
         ds = self.dataset
-        return supervised_augment(x, peer.augment_rng, ds.mean, ds.std, padding_mode=self.padding_mode)
+        return supervised_apply(x, draws, ds.mean, ds.std, padding_mode=self.padding_mode)
 
-    def batch_loss(self, peer: GossipPeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.loss(peer, self.augment(peer, x), y)
-
-    def loss(self, peer: GossipPeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The local loss on an already augmented, normalised batch (methods add their terms here)."""
-        _, _, logits = peer.model(x)
-        return F.cross_entropy(logits, y)
+    def criterion(self, out: tuple[torch.Tensor, ...], y: torch.Tensor, refs: list
+                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Cross-entropy of MoonNet's logits (methods add their terms here)."""
+        return F.cross_entropy(out[2], y), {}
 
     def score(self, model: nn.Module, peer: int | None, final: bool) -> dict[str, float]:
         return classifier_scores(self, model, logits_of=_logits)
+
+    def score_stacked(self, stacked: nn.Module, stack: PeerStack, peers: list[int], final: bool
+                      ) -> list[dict[str, float]]:
+        return classifier_scores_stacked(self, stacked, stack, peers, select=lambda out: out[2])
 
 
 class Solo(FedAvg):
@@ -96,6 +102,10 @@ class FedProx(FedAvg):
     defaults = {**MOON_PAPER, "mu": FEDPROX_MU}
     record: ClassVar[type[Peer]] = FedProxPeer
 
+    @property
+    def penalized(self) -> bool:  # the plain cross-entropy when mu is 0
+        return self.cfg.mu != 0.0
+
     def before_local(self, peer: FedProxPeer, round: int) -> None:
         params = self.trainable(peer.model)
         if peer.start is None:
@@ -104,12 +114,9 @@ class FedProx(FedAvg):
             for p0, p in zip(peer.start, params):
                 p0.copy_(p)
 
-    def loss(self, peer: FedProxPeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        ce = super().loss(peer, x, y)
-        if self.cfg.mu == 0.0:
-            return ce
-        prox = sum((p - p0).pow(2).sum() for p, p0 in zip(self.trainable(peer.model), peer.start))
-        return ce + 0.5 * self.cfg.mu * prox
+    def penalty(self, params: list[torch.Tensor], start: list[torch.Tensor]) -> torch.Tensor:
+        prox = sum((p - p0).pow(2).flatten(1).sum(1) for p, p0 in zip(params, start))
+        return 0.5 * self.cfg.mu * prox
 
 
 @dataclass(eq=False)
@@ -142,6 +149,7 @@ class Scaffold(FedAvg):
 
     name = "scaffold"
     record: ClassVar[type[Peer]] = ScaffoldPeer
+    batchable = False  # its correction runs after every optimiser step of each peer
     allowed = {"optimizer": ("sgd",)}  # the correction w -= lr·(c − c_i) is a plain SGD step (docstring above)
 
     def init_peer(self, peer: ScaffoldPeer) -> None:

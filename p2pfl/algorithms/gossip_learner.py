@@ -20,6 +20,7 @@ from p2pfl.data.workload import Workload, load_workload
 from p2pfl.evaluation import weight_drift
 from p2pfl.gossip import exact_mean, finite, gossip, pull
 from p2pfl.models import MixableState, init_model
+from p2pfl.models.stacked import PeerStack
 from p2pfl.network import RoundNetwork
 from p2pfl.rounds import RunContext
 from p2pfl.seeding import SHARED, torch_generator
@@ -52,6 +53,32 @@ class GossipLearner(LocalTrainer):
     def score(self, model: nn.Module, peer: int | None, final: bool) -> dict[str, float]:
         """Metrics of one model (a peer's, or the network average when peer is None)."""
         return {}
+
+    def score_stacked(self, stacked: nn.Module, stack: PeerStack, peers: list[int], final: bool
+                      ) -> list[dict[str, float]] | None:
+        """`score` of several peers' models at once (stacked in `stack` in the order of `peers`, run through
+        the peer-stacked module `stacked`); None when the method scores peer by peer."""
+        return None
+
+    def score_peers(self, peers: list[int], final: bool) -> dict[int, dict[str, float]]:
+        """The metrics of the given local peers: peer-stacked, a chunk at a time, when this rank batches its
+        peers (--batch-peers) and the method can; else one by one."""
+        out: dict[int, dict[str, float]] = {}
+        if self.batched is not None and len(peers) > 1:
+            chunk = self.batched.chunk
+            for i in range(0, len(peers), chunk):
+                part = peers[i:i + chunk]
+                stack = PeerStack([self.peers[p].model for p in part])
+                scores = self.score_stacked(self.batched.stacked, stack, part, final)
+                if scores is None:
+                    break
+                out.update(zip(part, scores))
+        for p in peers:
+            if p not in out:
+                model = self.peers[p].model
+                model.eval()
+                out[p] = self.score(model, p, final)
+        return out
 
     # ------------------------------------------------------------------ set-up
     @property
@@ -139,10 +166,12 @@ class GossipLearner(LocalTrainer):
         per_peer: dict[int, dict[str, float]] = {}
         if final:
             between = self.neighbour_drift(round)
-            for p in self.alive_peers():
-                peer = self.peers[p]
-                peer.model.eval()
-                per_peer[p] = {**self.score(peer.model, p, final), "drift_to_avg": weight_drift(peer.model, avg),
+            sample = self.eval_sample()
+            if self.ctx.world.is_root:
+                metrics["peers_scored"] = float(len(sample))
+            scored = [p for p in self.alive_peers() if p in sample]
+            for p, scores in self.score_peers(scored, final).items():
+                per_peer[p] = {**scores, "drift_to_avg": weight_drift(self.peers[p].model, avg),
                                "drift_to_neighbours": between[p]}
         return metrics, per_peer
 

@@ -35,11 +35,10 @@ MOON_TAU = 0.5
 @dataclass(eq=False)
 class MoonPeer(GossipPeer):
     """MOON's pool of the peer's previous trained models (kept across rounds); inside a round the frozen
-    snapshot of the model it started from (z_glob's source) and the running sum of ℓ_con."""
+    snapshot of the model it started from (z_glob's source)."""
 
     pool: ModelPool = None
     glob: nn.Module = derived()
-    con: torch.Tensor = derived()
 
 
 class Moon(FedAvg):
@@ -59,35 +58,24 @@ class Moon(FedAvg):
         """Snapshot the model the peer starts the round with (its neighbourhood mix): the source of z_glob."""
         peer.glob.load_state_dict(peer.model.state_dict())
         peer.glob.eval()
-        peer.con = torch.zeros((), device=self.ctx.device)
 
     def after_local(self, peer: MoonPeer, round: int) -> None:
         """Push the just-trained model (before any mixing) into the FIFO pool of previous models."""
         peer.pool.push(peer.model)
 
-    def local_update(self, peer_id: int, round: int) -> dict[str, float]:
-        out = super().local_update(peer_id, round)
-        peer = self.peers[peer_id]
-        out["loss_con"] = float(peer.con) / self.steps(peer)
-        peer.con = None
-        return out
+    def references(self, peer: MoonPeer) -> list[nn.Module]:
+        """The round's starting model, then the pool of previous models (none before the first training)."""
+        return [peer.glob, *peer.pool] if len(peer.pool) else []
 
-    def loss(self, peer: MoonPeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """CE + mu·ℓ_con on an augmented, normalised batch; plain CE while the peer has no previous model."""
-        _, z, logits = peer.model(x)
+    def batch_key(self, peer: MoonPeer) -> int:
+        return len(peer.pool)
+
+    def criterion(self, out: tuple[torch.Tensor, ...], y: torch.Tensor, refs: list
+                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """CE + mu·ℓ_con on the model's (h, z, logits); plain CE while the peer has no previous model."""
+        _, z, logits = out
         ce = F.cross_entropy(logits, y)
-        con = self.contrastive(peer, x, z)
-        if con is None:
-            return ce
-        if peer.con is not None:
-            peer.con += con.detach()
-        return ce + self.cfg.mu * con
-
-    def contrastive(self, peer: MoonPeer, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor | None:
-        """ℓ_con of the batch for representation z (None before the peer's first local training)."""
-        if not len(peer.pool):
-            return None
-        with torch.no_grad():
-            z_glob = peer.glob(x)[1]
-            z_prev = [ref(x)[1] for ref in peer.pool]
-        return moon_contrastive(z, z_glob, z_prev, temperature=self.cfg.temperature)
+        if not refs:
+            return ce, {"loss_con": torch.zeros((), device=ce.device)}
+        con = moon_contrastive(z, refs[0][1], [ref[1] for ref in refs[1:]], temperature=self.cfg.temperature)
+        return ce + self.cfg.mu * con, {"loss_con": con.detach()}

@@ -1,9 +1,16 @@
-"""How the learning methods score a model: linear probe and kNN on encoder features, or test accuracy."""
+"""How the learning methods score a model: linear probe and kNN on encoder features, or test accuracy; for many
+peers at once, the same scores from one peer-stacked pass (p2pfl.models.stacked) and one batched probe."""
 from __future__ import annotations
 
-from torch import nn
+from collections.abc import Callable
 
-from p2pfl.evaluation import accuracy, features, knn_accuracy, linear_probe
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from p2pfl.data import normalize
+from p2pfl.evaluation import EVAL_BATCH, accuracy, features, knn_accuracy, linear_probe, linear_probes
+from p2pfl.models.stacked import PeerStack, unfold
 from p2pfl.seeding import SHARED, torch_generator
 
 
@@ -27,3 +34,61 @@ def classifier_scores(learner, model: nn.Module, logits_of=None) -> dict[str, fl
     ds = learner.dataset
     fn = logits_of(model) if logits_of is not None else model
     return {"test_acc": accuracy(fn, ds.x_test, ds.y_test, ds.mean, ds.std, learner.ctx.device)}
+
+
+@torch.no_grad()
+def stacked_outputs(stacked: nn.Module, stack: PeerStack, x_uint8: torch.Tensor, mean, std, device: torch.device,
+                    part: str = "", select: Callable = lambda out: out, batch: int = EVAL_BATCH) -> torch.Tensor:
+    """[n, N, D]: select(output) of the stacked models' submodule `part` ("" the whole model, "encoder" its
+    features) in eval mode on all of x, every peer seeing the same images (one pass, batch by batch)."""
+    module = stacked.get_submodule(part)
+    module.eval()
+    prefix = f"{part}." if part else ""
+    cut = lambda d: {k[len(prefix):]: v for k, v in d.items() if k.startswith(prefix)}  # noqa: E731
+    params, buffers = cut(stack.params), cut(stack.buffers)
+    n = next(iter(stack.params.values())).shape[0]
+    out = []
+    for start in range(0, x_uint8.shape[0], batch):
+        xb = normalize(x_uint8[start:start + batch].to(device), mean, std)
+        out.append(unfold(select(functional_call(module, (params, buffers), (xb,))).float(), n))
+    return torch.cat(out, dim=1)
+
+
+def peer_outputs(learner, stacked: nn.Module, stack: PeerStack, peers: list[int], x_uint8: torch.Tensor,
+                 part: str = "", select: Callable = lambda out: out) -> torch.Tensor:
+    """[n, N, D] outputs of several peers' models on the same images: one peer-stacked pass on a GPU (one
+    launch per layer for all of them); model by model on a CPU, where the grouped kernels of the stacked pass
+    are no faster than the dense ones (benchmarks/bench_batched_peers.py)."""
+    ds, device = learner.dataset, learner.ctx.device
+    if device.type != "cpu":
+        return stacked_outputs(stacked, stack, x_uint8, ds.mean, ds.std, device, part=part, select=select)
+    out = []
+    for p in peers:
+        model = learner.peers[p].model.eval()
+        module = model.get_submodule(part)
+        out.append(features(lambda x, m=module: select(m(x)), x_uint8, ds.mean, ds.std, device))
+    return torch.stack(out)
+
+
+def representation_scores_stacked(learner, stacked: nn.Module, stack: PeerStack, peers: list[int],
+                                  final: bool) -> list[dict[str, float]]:
+    """`representation_scores` of several peers' models (stacked in `stack`, in the order of `peers`): their
+    features (`peer_outputs`), their linear probes as one batched logistic regression (same streams per peer)."""
+    if not final:
+        return [{} for _ in peers]
+    ds, cfg, device = learner.dataset, learner.cfg, learner.ctx.device
+    train_f = peer_outputs(learner, stacked, stack, peers, ds.x_train, part="encoder")
+    test_f = peer_outputs(learner, stacked, stack, peers, ds.x_test, part="encoder")
+    gens = [torch_generator(cfg.seed, p, "probe", device) for p in peers]
+    accs = linear_probes(train_f, ds.y_train.to(device), test_f, ds.y_test.to(device), ds.num_classes,
+                         cfg.probe_epochs, gens)
+    return [{"probe_acc": a} for a in accs]
+
+
+def classifier_scores_stacked(learner, stacked: nn.Module, stack: PeerStack, peers: list[int],
+                              select: Callable = lambda out: out) -> list[dict[str, float]]:
+    """`classifier_scores` of several peers' models (`peer_outputs` over the test set)."""
+    ds = learner.dataset
+    logits = peer_outputs(learner, stacked, stack, peers, ds.x_test, select=select)
+    hits = (logits.argmax(2).cpu() == ds.y_test.cpu()[None]).float().mean(1)
+    return [{"test_acc": float(h)} for h in hits]

@@ -9,26 +9,44 @@ import torch.nn.functional as F
 from torch import nn
 
 from p2pfl.algorithms.gossip_learner import GossipLearner, GossipPeer
-from p2pfl.algorithms.scoring import classifier_scores, representation_scores
-from p2pfl.data import supervised_augment
+from p2pfl.algorithms.scoring import (
+    classifier_scores,
+    classifier_scores_stacked,
+    representation_scores,
+    representation_scores_stacked,
+)
+from p2pfl.data import supervised_apply, supervised_draw
 from p2pfl.models import SupervisedNet, build_encoder
+from p2pfl.models.stacked import PeerStack
 
 
 class DecSL(GossipLearner):
     """The Dec-SSL backbone with a linear head, trained with labels and mixed by gossip."""
 
     name = "dec-sl"
+    batchable = True
 
     def make_model(self) -> nn.Module:
         encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size)
         return SupervisedNet(encoder, self.dataset.num_classes)
 
-    def batch_loss(self, peer: GossipPeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        ds = self.dataset
-        return F.cross_entropy(peer.model(supervised_augment(x, peer.augment_rng, ds.mean, ds.std)), y)
+    def draw(self, peer: GossipPeer, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return supervised_draw(x, peer.augment_rng)
+
+    def apply(self, x: torch.Tensor, draws: dict[str, torch.Tensor]) -> torch.Tensor:
+        return supervised_apply(x, draws, self.dataset.mean, self.dataset.std)
+
+    def criterion(self, out: torch.Tensor, y: torch.Tensor, refs: list) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return F.cross_entropy(out, y), {}
 
     def score(self, model: nn.Module, peer: int | None, final: bool) -> dict[str, float]:
         return {**classifier_scores(self, model), **representation_scores(self, model, peer, final)}
+
+    def score_stacked(self, stacked: nn.Module, stack: PeerStack, peers: list[int], final: bool
+                      ) -> list[dict[str, float]]:
+        acc = classifier_scores_stacked(self, stacked, stack, peers)
+        rep = representation_scores_stacked(self, stacked, stack, peers, final)
+        return [{**a, **r} for a, r in zip(acc, rep)]
 
 
 class Local(DecSL):

@@ -8,7 +8,9 @@ from p2pfl.data.augment import (
     SimCLRAugment,
     dataset_stats,
     normalize,
+    supervised_apply,
     supervised_augment,
+    supervised_draw,
     to_geometry,
 )
 from p2pfl.data.datasets import (
@@ -36,5 +38,6 @@ __all__ = [
     "DATASETS", "DATASET_STATS", "DatasetNotFound", "ImageDataset", "PARTITIONS", "PartitionError", "PeerData",
     "SimCLRAugment", "class_counts", "data_root", "dataset_stats", "ensure_dataset",
     "load_dataset", "make_mosaic", "normalize", "partition", "random_subset", "rotate_images", "rotation_groups",
-    "make_task", "split_public", "supervised_augment", "synthetic_dataset", "to_geometry",
+    "make_task", "split_public", "supervised_apply", "supervised_augment", "supervised_draw", "synthetic_dataset",
+    "to_geometry",
 ]

@@ -230,20 +230,28 @@ class SimCLRAugment:
     def _factor_range(self, strength: float) -> tuple[float, float]:
         return max(0.0, 1.0 - strength), 1.0 + strength
 
-    def unnormalized(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """The augmented views in [0, 1], before normalisation."""
+    def draw(self, x: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """The random parameters of one view of every image of `x` (per image, so that the draws of several
+        batches concatenate), all taken from `generator` in a fixed order."""
         if x.dim() != 4 or x.shape[1] != self.channels:
             raise ValueError(f"expected images B×{self.channels}×H×W, got shape {tuple(x.shape)}")
         dev = x.device
         b, _, height, width = x.shape
-        # all random draws, in a fixed order
-        boxes = sample_crop_boxes(b, height, width, generator, self.scale, self.ratio, device=dev)
-        flip = torch.rand(b, generator=generator, device=dev) < self.flip_p
-        apply_jitter = torch.rand(b, generator=generator, device=dev) < self.jitter_p
-        u = torch.rand(b, 4, generator=generator, device=dev)
-        order = torch.argsort(torch.rand(b, 4, generator=generator, device=dev), dim=1)
-        to_gray = torch.rand(b, generator=generator, device=dev) < self.gray_p
+        return {"boxes": sample_crop_boxes(b, height, width, generator, self.scale, self.ratio, device=dev),
+                "flip": torch.rand(b, generator=generator, device=dev) < self.flip_p,
+                "apply_jitter": torch.rand(b, generator=generator, device=dev) < self.jitter_p,
+                "u": torch.rand(b, 4, generator=generator, device=dev),
+                "order": torch.argsort(torch.rand(b, 4, generator=generator, device=dev), dim=1),
+                "to_gray": torch.rand(b, generator=generator, device=dev) < self.gray_p}
 
+    def unnormalized(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """The augmented views in [0, 1], before normalisation."""
+        return self.apply_unnormalized(x, self.draw(x, generator))
+
+    def apply_unnormalized(self, x: torch.Tensor, draws: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The views of `x` for the parameters `draws` (from `draw`), in [0, 1]."""
+        boxes, flip, apply_jitter, u = draws["boxes"], draws["flip"], draws["apply_jitter"], draws["u"]
+        order, to_gray = draws["order"], draws["to_gray"]
         out = crop_resize_flip(x, boxes, flip, self.image_size)
 
         bri, con, sat, hue = self.jitter
@@ -268,22 +276,38 @@ class SimCLRAugment:
 
     def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """One augmented, normalised view of every image in the batch."""
-        out = self.unnormalized(x, generator)
+        return self.apply(x, self.draw(x, generator))
+
+    def apply(self, x: torch.Tensor, draws: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The normalised views of `x` for the parameters `draws` (from `draw`)."""
+        out = self.apply_unnormalized(x, draws)
         return (out - _stat(self.mean, out)) / _stat(self.std, out)
 
 
 # ------------------------------------------------------------------------------------------------ supervised
 
+def supervised_draw(x: torch.Tensor, generator: torch.Generator, padding: int = 4,
+                    flip_p: float = 0.5) -> dict[str, torch.Tensor]:
+    """The random crop offsets and flips of `supervised_augment` for every image of `x`."""
+    b, dev = x.shape[0], x.device
+    return {"oy": torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=dev),
+            "ox": torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=dev),
+            "flip": torch.rand(b, generator=generator, device=dev) < flip_p}
+
+
 def supervised_augment(x: torch.Tensor, generator: torch.Generator, mean: Sequence[float], std: Sequence[float],
                        padding: int = 4, flip_p: float = 0.5, padding_mode: str = "constant") -> torch.Tensor:
     """Supervised training transform: random crop of the original size from the image padded by ``padding``
-    (zeros, or "reflect" as in MOON's CIFAR-10 code), horizontal flip with ``flip_p``, then normalise.
-    Cropping and flipping are one gather on the uint8 batch."""
+    (zeros, or "reflect" as in MOON's CIFAR-10 code), horizontal flip with ``flip_p``, then normalise."""
+    return supervised_apply(x, supervised_draw(x, generator, padding, flip_p), mean, std, padding, padding_mode)
+
+
+def supervised_apply(x: torch.Tensor, draws: dict[str, torch.Tensor], mean: Sequence[float], std: Sequence[float],
+                     padding: int = 4, padding_mode: str = "constant") -> torch.Tensor:
+    """`supervised_augment` with given draws: cropping and flipping are one gather on the uint8 batch."""
     b, c, height, width = x.shape
     dev = x.device
-    oy = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=dev)
-    ox = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=dev)
-    flip = torch.rand(b, generator=generator, device=dev) < flip_p
+    oy, ox, flip = draws["oy"], draws["ox"], draws["flip"]
     if padding > 0:
         if padding_mode == "constant":
             padded = F.pad(x, (padding,) * 4)

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import Encoder, check_geometry
+from .base import Encoder, MaxPool2x2, check_geometry
 
 
 class SimpleCNN(Encoder):
@@ -16,12 +16,14 @@ class SimpleCNN(Encoder):
     Initialisation: each layer's PyTorch default (as in MOON).
     """
 
+    peer_stackable = True  # forward acts per channel (p2pfl.models.stacked)
+
     def __init__(self, in_channels: int = 3, image_size: int = 32, hidden: tuple[int, int] = (120, 84)) -> None:
         super().__init__()
         check_geometry("simple-cnn", in_channels, image_size, min_size=16)
         self.in_channels, self.image_size = int(in_channels), int(image_size)
         self.conv1 = nn.Conv2d(in_channels, 6, 5)
-        self.pool = nn.MaxPool2d(2, 2)
+        self.pool = MaxPool2x2()
         self.conv2 = nn.Conv2d(6, 16, 5)
         side = ((image_size - 4) // 2 - 4) // 2
         self.flat_dim = 16 * side * side

@@ -11,6 +11,8 @@ class ProjectionHead(nn.Module):
     (Dec-SSL's released code uses 512-512-512 on ResNet-18; out_dim 128 is SimCLR's usual choice.)
     """
 
+    peer_stackable = True  # forward acts per channel (p2pfl.models.stacked)
+
     def __init__(self, in_dim: int, out_dim: int = 128, hidden_dim: int | None = None) -> None:
         super().__init__()
         hidden_dim = int(hidden_dim or in_dim)
@@ -27,6 +29,8 @@ class ProjectionHead(nn.Module):
 class MoonHead(nn.Module):
     """MOON projection head: l1 = Linear(F, F), ReLU, l2 = Linear(F, out_dim=256); no BN, no normalisation."""
 
+    peer_stackable = True  # forward acts per channel (p2pfl.models.stacked)
+
     def __init__(self, in_dim: int, out_dim: int = 256) -> None:
         super().__init__()
         self.in_dim, self.out_dim = int(in_dim), int(out_dim)
@@ -39,6 +43,8 @@ class MoonHead(nn.Module):
 
 class LinearClassifier(nn.Module):
     """A single Linear(in_dim, num_classes) producing logits (linear probe, supervised head)."""
+
+    peer_stackable = True  # forward acts per channel (p2pfl.models.stacked)
 
     def __init__(self, in_dim: int, num_classes: int) -> None:
         super().__init__()

@@ -14,6 +14,8 @@ from .heads import LinearClassifier, MoonHead, ProjectionHead
 class SimCLRNet(nn.Module):
     """Encoder f + projection g (``ProjectionHead``); forward returns (h, z) = (f(x), g(f(x))), z un-normalised."""
 
+    peer_stackable = True  # forward acts per channel (p2pfl.models.stacked)
+
     def __init__(self, encoder: Encoder, proj_dim: int = 128, hidden_dim: int | None = None) -> None:
         super().__init__()
         self.encoder = encoder
@@ -30,6 +32,8 @@ class SimCLRNet(nn.Module):
 
 class SupervisedNet(nn.Module):
     """Encoder + linear classifier; forward returns logits, ``features(x)`` the encoder output."""
+
+    peer_stackable = True  # forward acts per channel (p2pfl.models.stacked)
 
     def __init__(self, encoder: Encoder, num_classes: int) -> None:
         super().__init__()
@@ -49,6 +53,8 @@ class MoonNet(nn.Module):
 
     The classifier consumes the projection output z (not h). forward returns (h, z, logits).
     """
+
+    peer_stackable = True  # forward acts per channel (p2pfl.models.stacked)
 
     def __init__(self, encoder: Encoder, num_classes: int, proj_dim: int = 256) -> None:
         super().__init__()

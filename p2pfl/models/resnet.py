@@ -18,6 +18,8 @@ from .base import Encoder, ModelConfigError, check_geometry
 class BasicBlock(nn.Module):
     """Two 3x3 conv-BN layers with an identity or 1x1 conv-BN shortcut (torchvision's BasicBlock)."""
 
+    peer_stackable = True  # forward acts per channel (p2pfl.models.stacked)
+
     expansion = 1
 
     def __init__(self, in_planes: int, planes: int, stride: int = 1) -> None:
@@ -46,6 +48,8 @@ class CifarResNet(Encoder):
     Initialisation (MOON's resnetcifar / torchvision): conv weights kaiming_normal(fan_out, relu), BatchNorm
     weight 1, bias 0, running stats reset; zero_init_residual off.
     """
+
+    peer_stackable = True  # forward acts per channel (p2pfl.models.stacked)
 
     def __init__(
         self,
