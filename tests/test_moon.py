@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from p2pfl.data import supervised_augment
+from p2pfl.losses import moon_contrastive
 from p2pfl.models import MixableState
 from p2pfl.run import main
 
@@ -118,7 +119,9 @@ def test_glob_equal_to_prev_gives_log2_and_no_gradient(tmp_path: Path) -> None:
     x, y = a_batch(algo, 0)
     model = algo.peers[0].model.train()
     _, z, logits = model(x)
-    con = algo.contrastive(algo.peers[0], x, z)
+    with torch.no_grad():
+        refs = [ref(x)[1] for ref in algo.references(algo.peers[0])]  # z_glob, then the pool's z_prev
+    con = moon_contrastive(z, refs[0], refs[1:], temperature=algo.cfg.temperature)
     assert float(con.detach()) == pytest.approx(math.log(2), abs=1e-6)
     params = [p for p in model.parameters()]
     grads = torch.autograd.grad(con, params, allow_unused=True)

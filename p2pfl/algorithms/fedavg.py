@@ -73,6 +73,10 @@ class FedAvg(GossipLearner):
         """Cross-entropy of MoonNet's logits (methods add their terms here)."""
         return F.cross_entropy(out[2], y), {}
 
+    def loss(self, peer: GossipPeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The local loss on an already augmented, normalised batch (MOON's and FedProx's terms included)."""
+        return self.loss_on(peer, x, y)[0]
+
     def score(self, model: nn.Module, peer: int | None, final: bool) -> dict[str, float]:
         return classifier_scores(self, model, logits_of=_logits)
 

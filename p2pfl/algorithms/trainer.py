@@ -61,9 +61,9 @@ class LocalTrainer(Algorithm):
         raise NotImplementedError
 
     def batch_loss(self, peer: Peer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The loss of one batch of uint8 images `x` with targets `y` (augmentation is the method's); methods
-        built from the pieces below need not define it."""
-        raise NotImplementedError
+        """The loss of one batch of uint8 images `x` with targets `y` (augmentation is the method's). Methods
+        built from the pieces below need not define it: it is then their augmentation followed by `loss_on`."""
+        return self.loss_on(peer, self.apply(x, self.draw(peer, x)), y)[0]
 
     # ------------------------------------------------------------------ the pieces of a batchable step
     def draw(self, peer: Peer, x: torch.Tensor) -> Any:
@@ -94,11 +94,16 @@ class LocalTrainer(Algorithm):
         return None
 
     def step_loss(self, peer: Peer, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The loss of one local step of `peer` on the batch, and the terms it reports: the method's
-        `batch_loss` where it has one, else the pieces (draw, apply, references, criterion, penalty)."""
-        if type(self).batch_loss is not LocalTrainer.batch_loss:
+        """The loss of one local step of `peer` on the batch, and the terms it reports: the method's own
+        `batch_loss` where it has one (or a test replaced it), else the pieces."""
+        if getattr(self.batch_loss, "__func__", None) is not LocalTrainer.batch_loss:
             return self.batch_loss(peer, x, y), {}
-        inputs = self.apply(x, self.draw(peer, x))
+        return self.loss_on(peer, self.apply(x, self.draw(peer, x)), y)
+
+    def loss_on(self, peer: Peer, inputs: torch.Tensor, y: torch.Tensor
+                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(loss, terms) of `peer` on already augmented, normalised `inputs`: its model and references, the
+        criterion, the penalty."""
         out = peer.model(inputs)
         with torch.no_grad():
             refs = [ref(inputs) for ref in self.references(peer)]
