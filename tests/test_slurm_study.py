@@ -60,7 +60,8 @@ def test_a_study_as_a_job_array_completes_reports_its_failure_and_builds_its_rep
 
 
 SLOW = {"algorithm": "fedavg", "peers": 6, "rounds": 6, "topology": "cycle", "dataset": "synthetic",
-        "train_subset": 600, "batch_size": 16, "local_steps": 30, "eval_every": 0, "plots": False}
+        "train_subset": 600, "batch_size": 16, "local_steps": 30, "eval_every": 0, "plots": False,
+        "batch_peers": "off"}  # compared bit for bit with a one-process run of the point
 
 
 def test_an_array_task_requeued_in_the_middle_resumes_exactly(tmp_path: Path, slurm) -> None:

@@ -118,7 +118,8 @@ def test_a_local_study_runs_skips_what_is_done_and_reports_a_failure(tmp_path: P
 
 
 SLOW = {"algorithm": "fedavg", "peers": 6, "rounds": 6, "topology": "cycle", "dataset": "synthetic",
-        "train_subset": 600, "batch_size": 16, "local_steps": 30, "eval_every": 0, "plots": False}
+        "train_subset": 600, "batch_size": 16, "local_steps": 30, "eval_every": 0, "plots": False,
+        "batch_peers": "off"}
 
 
 def _rounds_written(run_dir: Path) -> int:
