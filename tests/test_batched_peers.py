@@ -259,3 +259,19 @@ def test_resume_across_batch_modes(tmp_path: Path) -> None:
     assert cut[1] == full[1] and cut[2] == full[2]
     for p, v in full[3].items():
         assert cut[3][p] == pytest.approx(v, rel=1e-4)
+
+
+def test_stacked_feature_pass_equals_each_models_features(tmp_path: Path) -> None:
+    """The GPU path of the evaluation (one stacked pass over shared images), run here on the CPU."""
+    from p2pfl.algorithms.scoring import stacked_outputs
+    from p2pfl.evaluation import features
+    algo = setup_algorithm(tmp_path / "run", algorithm="dec-sl", batch_peers="on", **SMALL)
+    _round(algo, 1)
+    ds, peers = algo.dataset, sorted(algo.peers)
+    stack = PeerStack([algo.peers[p].model for p in peers])
+    got = stacked_outputs(algo.batched.stacked, stack, ds.x_test, ds.mean, ds.std, algo.ctx.device, part="encoder",
+                          batch=64)
+    for i, p in enumerate(peers):
+        model = algo.peers[p].model.eval()
+        want = features(model.features, ds.x_test, ds.mean, ds.std, algo.ctx.device)
+        torch.testing.assert_close(got[i], want, rtol=1e-4, atol=1e-5)

@@ -8,7 +8,6 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from p2pfl.data import normalize
 from p2pfl.evaluation import EVAL_BATCH, accuracy, features, knn_accuracy, linear_probe, linear_probes
 from p2pfl.models.stacked import PeerStack, unfold
 from p2pfl.seeding import SHARED, torch_generator
@@ -36,7 +35,6 @@ def classifier_scores(learner, model: nn.Module, logits_of=None) -> dict[str, fl
     return {"test_acc": accuracy(fn, ds.x_test, ds.y_test, ds.mean, ds.std, learner.ctx.device)}
 
 
-@torch.no_grad()
 def stacked_outputs(stacked: nn.Module, stack: PeerStack, x_uint8: torch.Tensor, mean, std, device: torch.device,
                     part: str = "", select: Callable = lambda out: out, batch: int = EVAL_BATCH) -> torch.Tensor:
     """[n, N, D]: select(output) of the stacked models' submodule `part` ("" the whole model, "encoder" its
@@ -45,13 +43,10 @@ def stacked_outputs(stacked: nn.Module, stack: PeerStack, x_uint8: torch.Tensor,
     module.eval()
     prefix = f"{part}." if part else ""
     cut = lambda d: {k[len(prefix):]: v for k, v in d.items() if k.startswith(prefix)}  # noqa: E731
-    params, buffers = cut(stack.params), cut(stack.buffers)
+    state = (cut(stack.params), cut(stack.buffers))
     n = next(iter(stack.params.values())).shape[0]
-    out = []
-    for start in range(0, x_uint8.shape[0], batch):
-        xb = normalize(x_uint8[start:start + batch].to(device), mean, std)
-        out.append(unfold(select(functional_call(module, (params, buffers), (xb,))).float(), n))
-    return torch.cat(out, dim=1)
+    out = features(lambda xb: select(functional_call(module, state, (xb,))), x_uint8, mean, std, device, batch)
+    return unfold(out, n)
 
 
 def peer_outputs(learner, stacked: nn.Module, stack: PeerStack, peers: list[int], x_uint8: torch.Tensor,
