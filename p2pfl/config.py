@@ -124,6 +124,9 @@ class RunConfig:
                           section="data")
     alpha: float = _opt(0.1, "Dirichlet concentration", section="data")
     beta: float = _opt(0.5, "iid fraction of the skew partition", section="data")
+    size_band: float | None = _opt(None, "Dirichlet: redraw until every shard holds between (1 - BAND) N/K and (1 + "
+                                   "BAND) N/K samples (the Dec-SSL code's rule: 0.5); default: MOON's min_size "
+                                   "rule", section="data")
     min_size: int = _opt(10, "smallest shard a Dirichlet partition may give a peer", section="data")
     rotate_groups: int = _opt(1, "G peer groups whose images are rotated by g*360/G degrees", section="data")
     train_subset: int | None = _opt(None, "use only the first N training images (fast runs)", section="data")
@@ -144,7 +147,14 @@ class RunConfig:
     batch_peers: str = _opt("auto", "train a rank's peers of one architecture as one computation: auto (when the "
                             "method and model support it and the rank hosts several), on, off",
                             ("auto", "on", "off"), section="training")
-    fedbn: bool = _opt(False, "keep BatchNorm layers local (never mixed)", section="training")
+    fedbn: str = _opt("off", "BatchNorm kept local (never mixed): off, type (every BatchNorm layer: FedBN) or decssl "
+                      "(the Dec-SSL code's name rule: running statistics, and affine parameters inside residual "
+                      "blocks)", ("off", "type", "decssl"), section="training")
+    sl_augment: str = _opt("crop-flip", "augmentation of supervised training (dec-sl, local): crop-flip, or simclr "
+                           "(the views Dec-SSL trains on, as the Dec-SSL code does)", ("crop-flip", "simclr"),
+                           section="training")
+    crop_scale: float | None = _opt(None, "smallest area fraction of the SimCLR crop (default: 0.08, SimCLR's, for "
+                                    "images of 32 px or more; 0.5 below that)", section="training")
     weight_by_data: bool = _opt(False, "scale mixing weights by shard sizes", section="training")
     temperature: float = _opt(0.5, "contrastive temperature (NT-Xent, MOON)", section="training")
     proj_dim: int = _opt(128, "projection width", section="training")
@@ -153,6 +163,11 @@ class RunConfig:
     eval_peers: int | None = _opt(None, "score a seeded sample of N peers at the final evaluation, plus the network "
                                   "average (default: every peer)", section="evaluation")
     # MOON and friends
+    byol_tau: float = _opt(0.99, "BYOL's base target momentum; it rises to 1 along a cosine over the run's local "
+                           "steps", section="ssl")
+    mask_ratio: float = _opt(0.75, "MAE: fraction of patches masked", section="ssl")
+    clusters: int = _opt(2, "FeatARC: number of cluster models C", section="ssl")
+    reg_scale: float = _opt(1.0, "FeatARC: weight lambda of the alignment regulariser", section="ssl")
     mu: float = _opt(0.0, "weight of the MOON / FedProx term (moon and fedprox default to their papers' values)",
                      section="moon")
     prev_models: int = _opt(1, "MOON's pool of previous models", section="moon")
@@ -306,6 +321,8 @@ def make_config(**values: Any) -> RunConfig:
         name = name.replace("-", "_")
         if name not in by_name:
             raise ConfigError(f"unknown option '{name}'")
+        if name == "fedbn" and str(value).lower() in ("true", "false"):  # the older boolean form
+            value = "type" if str(value).lower() == "true" else "off"
         given[name] = _convert(by_name[name], value)
     cfg = RunConfig(**given)
     _check_choice(by_name["algorithm"], cfg.algorithm)
@@ -379,6 +396,13 @@ def validate(cfg: RunConfig) -> None:
     _check(0.0 < cfg.alpha, "alpha", f"must be > 0, got {cfg.alpha}")
     _check(0.0 <= cfg.beta <= 1.0, "beta", f"must lie in [0, 1], got {cfg.beta}")
     _check(cfg.min_size >= 0, "min_size", f"must be >= 0, got {cfg.min_size}")
+    _check(cfg.size_band is None or 0 < cfg.size_band < 1, "size_band", f"must lie in (0, 1), got {cfg.size_band}")
+    _check(cfg.crop_scale is None or 0 < cfg.crop_scale <= 1, "crop_scale",
+           f"must lie in (0, 1], got {cfg.crop_scale}")
+    _check(0 < cfg.byol_tau < 1, "byol_tau", f"must lie in (0, 1), got {cfg.byol_tau}")
+    _check(0 < cfg.mask_ratio < 1, "mask_ratio", f"must lie in (0, 1), got {cfg.mask_ratio}")
+    _check(cfg.clusters >= 1, "clusters", f"must be >= 1, got {cfg.clusters}")
+    _check(cfg.reg_scale >= 0, "reg_scale", f"must be >= 0, got {cfg.reg_scale}")
     _check(cfg.rotate_groups >= 1, "rotate_groups", f"must be >= 1, got {cfg.rotate_groups}")
     _check(cfg.local_epochs > 0, "local_epochs", f"must be > 0, got {cfg.local_epochs}")
     _check(cfg.local_steps is None or cfg.local_steps >= 1, "local_steps", f"must be >= 1, got {cfg.local_steps}")

@@ -32,9 +32,17 @@ def _cosine(lr: float, round: int, rounds: int) -> float:
     return lr
 
 
+def _step(lr: float, round: int, rounds: int) -> float:
+    """The Dec-SSL code's server decay: lr x 0.3 at each of the milestones int(0.3 T), int(0.6 T), int(0.9 T)
+    (MultiStepLR over 0-based rounds; with T = 10, rounds 1-3 take lr, 4-6 0.3 lr, 7-9 0.09 lr, 10 0.027 lr)."""
+    passed = sum(round - 1 >= int(f * rounds) for f in (0.3, 0.6, 0.9))
+    return lr * 0.3 ** passed
+
+
 SCHEDULES: dict[str, Schedule] = {
     "constant": lambda lr, round, rounds: lr,
     "cosine": _cosine,
+    "step": _step,
 }
 
 

@@ -1,6 +1,7 @@
 """Shared test helpers: launching jobs under mpirun, finding the project's data."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -63,3 +64,23 @@ def slurm():
         yield cluster
     finally:
         cluster.stop()
+
+
+def timing_free_records(run_dir: Path) -> list[dict]:
+    """The run's metrics.jsonl records without their wall-clock fields (what must agree across layouts)."""
+    out = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        out.append({k: v for k, v in record.items() if not k.startswith("time_") and k not in ("elapsed_s", "round_s")})
+    return out
+
+
+def four_ranks_equal_one(args: list[str], runs_dir: Path, timeout: float = 400) -> list[dict]:
+    """Run `python ARGS` under mpirun -n 4 (run folder runs_dir/four) and in one process (runs_dir/one), assert
+    that their records are equal bit for bit, and return the 4-rank records."""
+    for ranks, name in ((4, "four"), (0, "one")):
+        proc = run_job([*args, "--out", str(runs_dir), "--name", name], ranks=ranks, timeout=timeout)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    four = timing_free_records(runs_dir / "four")
+    assert four == timing_free_records(runs_dir / "one")  # the same numbers, bit for bit
+    return four

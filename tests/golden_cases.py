@@ -23,7 +23,7 @@ BASE: dict[str, Any] = {
     "beta": 0.5, "min_size": 10, "rotate_groups": 1, "train_subset": 256,
     "model": "simple-cnn", "local_epochs": 1.0, "local_steps": 2, "batch_size": 32, "optimizer": "adam",
     "lr": 1e-3, "momentum": 0.9, "weight_decay": 0.0, "schedule": "constant", "keep_optimizer": False,
-    "batch_peers": "off", "fedbn": False, "weight_by_data": False, "temperature": 0.5, "proj_dim": 32,
+    "batch_peers": "off", "fedbn": "off", "weight_by_data": False, "temperature": 0.5, "proj_dim": 32,
     "probe_epochs": 3, "eval_peers": None,
     "knn_k": 20, "mu": 0.0, "prev_models": 1, "muscle_m": 3, "contrastive_steps": 1, "public_size": 200,
     "public_batch": 16, "rep_dim": 32, "loss": "muscle", "peers_spec": None, "lora_rank": 16,
@@ -33,7 +33,7 @@ SGD = {"optimizer": "sgd", "lr": 0.02, "momentum": 0.9, "weight_decay": 1e-5}
 CASES: dict[str, dict[str, Any]] = {
     "consensus": {"algorithm": "consensus", "topology": "random", "participation": 0.5},
     "dec-ssl": {"algorithm": "dec-ssl", "schedule": "cosine"},
-    "dec-ssl-fedbn-partial": {"algorithm": "dec-ssl", "fedbn": True, "participation": 0.5,
+    "dec-ssl-fedbn-partial": {"algorithm": "dec-ssl", "fedbn": "type", "participation": 0.5,
                               "model": "resnet-small", "keep_optimizer": True},
     "dec-sl": {"algorithm": "dec-sl", "rotate_groups": 2},
     "local": {"algorithm": "local", "partition": "iid"},

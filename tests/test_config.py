@@ -101,9 +101,25 @@ def test_moon_family_takes_its_papers_recipe(algorithm: str, mu: float) -> None:
 
 
 def test_other_methods_keep_the_project_defaults() -> None:
-    cfg = make_config(algorithm="dec-ssl")
+    cfg = make_config(algorithm="dec-sl")
     assert (cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.batch_size, cfg.mu) == ("adam", 1e-3, 0.0, 128, 0.0)
     assert cfg.from_method == ()
+
+
+def test_dec_ssl_family_takes_the_main_jobs_budget_and_its_own_recipes() -> None:
+    """The Dec-SSL objectives share the main job's data and budget; each brings its own optimiser where its
+    paper has one; a value the user gives wins."""
+    budget = {"partition": "iid", "batch_size": 32, "rounds": 20}
+    for algorithm in ("dec-ssl", "dec-simsiam", "dec-byol", "dec-featarc"):
+        cfg = make_config(algorithm=algorithm)
+        assert {k: getattr(cfg, k) for k in budget} == budget and set(budget) <= set(cfg.from_method), algorithm
+    assert make_config(algorithm="dec-ssl").temperature == 0.2
+    simsiam = make_config(algorithm="dec-simsiam")
+    assert (simsiam.optimizer, simsiam.lr, simsiam.momentum, simsiam.weight_decay) == ("sgd", 0.03, 0.9, 5e-4)
+    assert "temperature" not in make_config(algorithm="dec-byol").from_method
+    mae = make_config(algorithm="dec-mae")
+    assert (mae.model, mae.optimizer, mae.weight_decay) == ("vit-tiny", "adamw", 0.05)
+    assert make_config(algorithm="dec-ssl", batch_size=128, partition="dirichlet").batch_size == 128
 
 
 def test_explicit_values_win_on_the_command_line() -> None:
@@ -162,8 +178,8 @@ def test_allowed_values_come_from_their_owners(monkeypatch) -> None:
         assert make_config(mixing="lazy").mixing == "lazy"
     finally:
         del KINDS["lazy"]
-    monkeypatch.setitem(optim.SCHEDULES, "step", lambda lr, round, rounds: lr)
-    assert make_config(schedule="step").schedule == "step"
+    monkeypatch.setitem(optim.SCHEDULES, "warm", lambda lr, round, rounds: lr)
+    assert make_config(schedule="warm").schedule == "warm"
     with pytest.raises(ConfigError, match="allowed: iid, dirichlet, skew, one-class$"):
         make_config(partition="shards")
 
@@ -196,3 +212,32 @@ def test_peers_spec_is_read_once_per_run(tmp_path, monkeypatch) -> None:
                  "--train-subset", "128", "--public-size", "100", "--public-batch", "8", "--rep-dim", "16",
                  "--threads", "1", "--device", "cpu", "--no-progress", "--no-plots", "--out", str(tmp_path)]) == 0
     assert reads == [spec]
+
+
+def test_step_schedule_is_the_dec_ssl_codes_multistep_decay() -> None:
+    """MultiStepLR(milestones=[int(0.3 T), int(0.6 T), int(0.9 T)], gamma=0.3) stepped once per 0-based round,
+    written out for T = 10 (algorithms.md B.1) and T = 20."""
+    from p2pfl.optim import lr_at
+    cfg = make_config(schedule="step", lr=1e-3, rounds=10)
+    expected = [1e-3] * 3 + [3e-4] * 3 + [9e-5] * 3 + [2.7e-5]
+    assert [lr_at(cfg, r) for r in range(1, 11)] == pytest.approx(expected, rel=1e-12)
+    cfg = make_config(schedule="step", lr=1.0, rounds=20)
+    milestones = (6, 12, 18)  # int(0.3 * 20), ...
+    assert [lr_at(cfg, r) for r in range(1, 21)] == pytest.approx(
+        [0.3 ** sum(r - 1 >= m for m in milestones) for r in range(1, 21)], rel=1e-12)
+
+
+def test_fedbn_takes_a_rule_and_the_older_boolean() -> None:
+    assert make_config().fedbn == "off"
+    assert make_config(fedbn="decssl").fedbn == "decssl"
+    assert make_config(fedbn=True).fedbn == "type" and make_config(fedbn="false").fedbn == "off"
+    with pytest.raises(ConfigError, match="--fedbn: unknown value 'sometimes'"):
+        make_config(fedbn="sometimes")
+
+
+@pytest.mark.parametrize("option, value", [("size_band", 1.0), ("size_band", 0.0), ("crop_scale", 0.0),
+                                           ("crop_scale", 1.5), ("mask_ratio", 1.0), ("byol_tau", 1.0),
+                                           ("clusters", 0), ("reg_scale", -1.0)])
+def test_ssl_options_out_of_range_are_one_line_errors(option: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=f"^--{option.replace('_', '-')}: must"):
+        make_config(**{option: value})

@@ -161,6 +161,30 @@ def test_dirichlet_impossible_request_raises_one_clear_line():
         partition(y, 200, "dirichlet", seed=0, min_size=10)  # 1000 samples < 200 * 10
 
 
+@pytest.mark.parametrize("alpha", [0.01, 0.1, 1.0])
+def test_dirichlet_size_band_keeps_every_shard_within_half_of_n_over_k(alpha):
+    """The Dec-SSL code's acceptance rule: every shard in [0.5 N/K, 1.5 N/K]; MOON's rule alone does not
+    guarantee it (the same seeds without the band leave some shard outside)."""
+    y = balanced_labels(500)
+    n, k = y.size, 10
+    outside = 0
+    for seed in range(4):
+        parts = partition(y, k, "dirichlet", seed=seed, alpha=alpha, size_band=0.5)
+        assert_disjoint_cover(parts, n)
+        sizes = [p.size for p in parts]
+        assert 0.5 * n / k <= min(sizes) and max(sizes) <= 1.5 * n / k, sizes
+        loose = partition(y, k, "dirichlet", seed=seed, alpha=alpha)
+        outside += any(not 0.5 * n / k <= p.size <= 1.5 * n / k for p in loose)
+    assert outside > 0  # the band is a real constraint: MOON's rule alone leaves shards outside it
+
+
+def test_dirichlet_size_band_impossible_raises_one_clear_line():
+    y = balanced_labels(100)
+    with pytest.raises(PartitionError) as e:
+        partition(y, 10, "dirichlet", seed=0, alpha=0.001, size_band=0.05, max_tries=5)
+    assert "\n" not in str(e.value) and "size band" in str(e.value)
+
+
 def test_dirichlet_peer_indices_are_shuffled():
     y = balanced_labels(300)
     parts = partition(y, 4, "dirichlet", seed=0, alpha=1.0)

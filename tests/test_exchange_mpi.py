@@ -36,10 +36,12 @@ def expected_counters(topology: str, active: set[int], ranks: int) -> list[dict[
     return out
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 4])
-def test_gossip_step_equals_central_mix(ranks: int, tmp_path) -> None:
+@pytest.mark.parametrize("ranks, oversubscribed", [(1, "0"), (2, "0"), (4, "0"), (4, "1")])
+def test_gossip_step_equals_central_mix(ranks: int, oversubscribed: str, tmp_path) -> None:
+    """Also with waits that sleep between polls (an oversubscribed node: p2pfl.comm.world.poll_until)."""
     out = tmp_path / "gossip.json"
-    proc = run_job(["tests/mpi/gossip_check.py", str(out)], ranks=ranks)
+    proc = run_job(["tests/mpi/gossip_check.py", str(out)], ranks=ranks,
+                   env={"P2PFL_OVERSUBSCRIBED": oversubscribed})
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(out.read_text())
     assert len(results) == 10

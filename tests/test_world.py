@@ -59,3 +59,16 @@ def test_collectives_and_reductions_on_two_ranks(tmp_path: Path) -> None:
         assert got["ints"] == int_sums and got["in_place"]
         assert got["floats"] == float_sums
         assert got["neighbours"] == [[1 - rank], [1 - rank]]
+
+
+def test_poll_until_sleeps_with_doubling_pauses_up_to_the_cap(monkeypatch) -> None:
+    """A waiting rank on an oversubscribed node sleeps between polls: pauses double from POLL_FIRST_S and stop
+    growing at POLL_MAX_S, and it returns at the first poll that succeeds."""
+    from p2pfl.comm import world as world_module
+    pauses: list[float] = []
+    monkeypatch.setattr(world_module.time, "sleep", pauses.append)
+    polls = iter([False] * 12 + [True])
+    world_module.poll_until(lambda: next(polls))
+    first, cap = world_module.POLL_FIRST_S, world_module.POLL_MAX_S
+    expected = [min(first * 2 ** i, cap) for i in range(12)]
+    assert pauses == expected and pauses[-1] == cap and next(polls, "spent") == "spent"

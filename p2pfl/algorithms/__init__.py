@@ -5,6 +5,10 @@ import importlib
 
 _REGISTRY = {
     "dec-ssl": "p2pfl.algorithms.dec_ssl:DecSSL",
+    "dec-simsiam": "p2pfl.algorithms.dec_simsiam:DecSimSiam",
+    "dec-byol": "p2pfl.algorithms.dec_byol:DecBYOL",
+    "dec-featarc": "p2pfl.algorithms.dec_featarc:DecFeatARC",
+    "dec-mae": "p2pfl.algorithms.dec_mae:DecMAE",
     "dec-sl": "p2pfl.algorithms.supervised:DecSL",
     "local": "p2pfl.algorithms.supervised:Local",
     "fedmuscle": "p2pfl.algorithms.fedmuscle:FedMuscle",

@@ -7,6 +7,7 @@ evaluation and the weight drift.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -15,7 +16,7 @@ from torch import nn
 
 from p2pfl.algorithms.peer import Peer, derived
 from p2pfl.algorithms.trainer import LocalTrainer
-from p2pfl.data import ImageDataset, PeerData
+from p2pfl.data import ImageDataset, PeerData, SimCLRAugment, simclr_crop_scale
 from p2pfl.data.workload import Workload, load_workload
 from p2pfl.evaluation import weight_drift
 from p2pfl.gossip import exact_mean, finite, gossip, pull
@@ -24,6 +25,10 @@ from p2pfl.models.stacked import PeerStack
 from p2pfl.network import RoundNetwork
 from p2pfl.rounds import RunContext
 from p2pfl.seeding import SHARED, torch_generator
+
+#: Metrics of an encoder's representation (scoring.representation_scores): each is also reported for the
+#: untrained encoder (`<metric>_untrained`), and the summary gives the gain.
+REPRESENTATION_METRICS = ("probe_acc", "knn_acc")
 
 
 @dataclass(eq=False)
@@ -44,6 +49,7 @@ class GossipLearner(LocalTrainer):
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
         self.work: Workload | None = None
+        self._untrained: dict[str, float] = {}  # untrained_scores, computed once
 
     # ------------------------------------------------------------------ what a method supplies
     def make_model(self) -> nn.Module:
@@ -85,6 +91,12 @@ class GossipLearner(LocalTrainer):
     def dataset(self) -> ImageDataset:
         assert self.work is not None, "set up first"
         return self.work.dataset
+
+    def simclr_augment(self) -> SimCLRAugment:
+        """SimCLR's views for this run's images (SPEC §4), with the --crop-scale for their size."""
+        size, ds = self.work.image_size, self.dataset
+        return SimCLRAugment(size, self.work.channels, ds.mean, ds.std,
+                             scale=(simclr_crop_scale(self.cfg.crop_scale, size), 1.0))
 
     def load_data(self) -> None:
         self.work = load_workload(self.cfg, self.ctx.n_peers, self.ctx.world)
@@ -160,20 +172,50 @@ class GossipLearner(LocalTrainer):
     def evaluate(self, round: int, final: bool) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
         avg = self.average_model()
         avg.eval()
+        # The evaluation's one exchange comes before the root's scoring of the average, so that no rank waits
+        # on the root (and its receive timeout) while the root probes; the ranks meet again only at the gather.
+        between = self.neighbour_drift(round) if final else {}
         metrics: dict[str, float] = {}
         if self.ctx.world.is_root:
-            metrics = {f"{k}_avg": v for k, v in self.score(avg, None, final).items()}
-        per_peer: dict[int, dict[str, float]] = {}
-        if final:
-            between = self.neighbour_drift(round)
-            sample = self.eval_sample()
-            if self.ctx.world.is_root:
-                metrics["peers_scored"] = float(len(sample))
-            scored = [p for p in self.alive_peers() if p in sample]
-            for p, scores in self.score_peers(scored, final).items():
-                per_peer[p] = {**scores, "drift_to_avg": weight_drift(self.peers[p].model, avg),
-                               "drift_to_neighbours": between[p]}
+            scores = self.score(avg, None, final)
+            metrics = {f"{k}_avg": v for k, v in scores.items()}
+            metrics.update({f"{k}_untrained": v for k, v in self.untrained_scores(scores, final).items()})
+        per_peer = self.final_peer_scores(metrics, between, lambda p: avg) if final else {}
         return metrics, per_peer
+
+    def final_peer_scores(self, metrics: dict[str, float], between: dict[int, float],
+                          reference: Callable[[int], nn.Module],
+                          extra: Callable[[int], dict[str, float]] | None = None) -> dict[int, dict[str, float]]:
+        """The final scores of the local peers in the --eval-peers sample, each with its drift to its reference
+        model (the network average) and to its neighbours and the method's `extra` entries; the root's
+        `metrics` get `peers_scored`."""
+        sample = self.eval_sample()
+        if self.ctx.world.is_root:
+            metrics["peers_scored"] = float(len(sample))
+        scored = [p for p in self.alive_peers() if p in sample]
+        return {p: {**scores, **(extra(p) if extra else {}), "drift_to_avg": weight_drift(self.peers[p].model, reference(p)),
+                    "drift_to_neighbours": between[p]}
+                for p, scores in self.score_peers(scored, True).items()}
+
+    def untrained_scores(self, scores: dict[str, float], final: bool) -> dict[str, float]:
+        """The representation metrics among `scores` (REPRESENTATION_METRICS) for the untrained encoder, the
+        common initialisation every peer starts from: the baseline a trained encoder must beat. Each is
+        computed the first time it is asked for and then reused (the initialisation and the probe's stream
+        are fixed, so a resumed run computes the same values again)."""
+        wanted = [k for k in scores if k in REPRESENTATION_METRICS]
+        if any(k not in self._untrained for k in wanted):
+            model = self.new_model()
+            model.eval()
+            fresh = self.score(model, None, final)
+            self._untrained.update({k: v for k, v in fresh.items() if k in REPRESENTATION_METRICS})
+        return {k: self._untrained[k] for k in wanted if k in self._untrained}
+
+    def summary_lines(self, summary) -> list[str]:
+        """The gain of the network average over the untrained encoder, per representation metric."""
+        final = summary["final"]
+        return [f"{k}: {final[f'{k}_avg']:.4f} vs {final[f'{k}_untrained']:.4f} untrained "
+                f"(gain {100 * (final[f'{k}_avg'] - final[f'{k}_untrained']):+.1f} points)"
+                for k in REPRESENTATION_METRICS if f"{k}_avg" in final and f"{k}_untrained" in final]
 
     def neighbour_drift(self, round: int) -> dict[int, float]:
         """Mean d_w between each alive local peer and its alive neighbours in the support graph (one extra

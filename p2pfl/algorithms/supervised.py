@@ -26,14 +26,23 @@ class DecSL(GossipLearner):
     name = "dec-sl"
     batchable = True
 
+    def setup(self) -> None:
+        super().setup()
+        self.augment = self.simclr_augment() if self.cfg.sl_augment == "simclr" else None
+
     def make_model(self) -> nn.Module:
         encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size)
         return SupervisedNet(encoder, self.dataset.num_classes)
 
     def draw(self, peer: GossipPeer, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Crop+flip (--sl-augment crop-flip), or one SimCLR view (simclr: the Dec-SSL code's SL training)."""
+        if self.augment is not None:
+            return self.augment.draw(x, peer.augment_rng)
         return supervised_draw(x, peer.augment_rng)
 
     def apply(self, x: torch.Tensor, draws: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.augment is not None:
+            return self.augment.apply(x, draws)
         return supervised_apply(x, draws, self.dataset.mean, self.dataset.std)
 
     def criterion(self, out: torch.Tensor, y: torch.Tensor, refs: list) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -185,13 +185,16 @@ class LocalTrainer(Algorithm):
     def batch_size(self, peer: Peer) -> int:
         return max(2, min(self.cfg.batch_size, len(peer.data)))
 
-    def steps(self, peer: Peer) -> int:
-        """Local steps of the peer this round: --local-steps, else --local-epochs of its shard; a straggler
-        (--stragglers) does its share of them, at least one."""
+    def full_steps(self, peer: Peer) -> int:
+        """Local steps of a full round of the peer: --local-steps, else --local-epochs of its shard."""
         if self.cfg.local_steps is not None:
-            full = self.cfg.local_steps
-        else:
-            full = max(1, round(self.cfg.local_epochs * peer.data.steps_per_epoch(self.batch_size(peer))))
+            return self.cfg.local_steps
+        return max(1, round(self.cfg.local_epochs * peer.data.steps_per_epoch(self.batch_size(peer))))
+
+    def steps(self, peer: Peer) -> int:
+        """Local steps of the peer this round: `full_steps`; a straggler (--stragglers) does its share of them,
+        at least one."""
+        full = self.full_steps(peer)
         work = self.net.work_fraction(peer.id)
         return full if work >= 1.0 else max(1, round(work * full))
 

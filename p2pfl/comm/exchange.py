@@ -18,6 +18,7 @@ peer and the message kind, so a missing message shows up as a wait on that very 
 """
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from mpi4py import MPI
 
 from p2pfl.comm.placement import Placement
 from p2pfl.comm.watchdog import Watchdog
-from p2pfl.comm.world import World
+from p2pfl.comm.world import POLL_FIRST_S, POLL_MAX_S, World
 
 KINDS = {"params": 1, "reps": 2, "control": 3, "test": 4}
 Links = Mapping[int, Sequence[int]]  # receiving peer -> the peers it hears from (a global view, the same on every rank)
@@ -301,9 +302,17 @@ class Exchange:
         assert self._watchdog is not None
         self._watchdog.arm(self.timeout, describe)
         try:
-            remaining = len(requests)
+            remaining, pause = len(requests), POLL_FIRST_S
             while remaining:
-                indices = MPI.Request.Waitsome(requests)
+                if self.world.oversubscribed:  # sleep between polls rather than spin (p2pfl.comm.world.poll_until)
+                    indices = MPI.Request.Testsome(requests)
+                    if indices is not None and not indices:
+                        time.sleep(pause)
+                        pause = min(2 * pause, POLL_MAX_S)
+                        continue
+                    pause = POLL_FIRST_S
+                else:
+                    indices = MPI.Request.Waitsome(requests)
                 if indices is None:
                     break
                 done[list(indices)] = True

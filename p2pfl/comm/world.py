@@ -5,9 +5,11 @@ callers never special-case `size == 1`: there they return the caller's own objec
 """
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +18,29 @@ from mpi4py import MPI
 
 #: Seconds between flushing a failing rank's output and MPI_Abort.
 ABORT_GRACE_S = 0.5
+#: First and longest sleep (s) between two polls of a rank that waits on an oversubscribed node.
+POLL_FIRST_S, POLL_MAX_S = 1e-4, 5e-3
+
+
+def poll_until(done: Callable[[], bool]) -> None:
+    """Return once done() is true, sleeping between polls (doubling from POLL_FIRST_S up to POLL_MAX_S).
+
+    MPI's blocking waits poll at full speed; where a node runs more ranks than it has cores, the ranks that wait
+    (for the root's evaluation, for a slow neighbour) then take the cores from the ranks that still compute
+    (measured: the main job's kNN evaluation of the network average, 20 ranks on 2 cores, 248 s). Sleeping
+    waiters give the cores back, for at most POLL_MAX_S of extra latency."""
+    pause = POLL_FIRST_S
+    while not done():
+        time.sleep(pause)
+        pause = min(2 * pause, POLL_MAX_S)
+
+
+def _oversubscribed(ranks_on_node: int) -> bool:
+    """More ranks on this node than cores; P2PFL_OVERSUBSCRIBED=1 or 0 overrides the count."""
+    forced = os.environ.get("P2PFL_OVERSUBSCRIBED")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return ranks_on_node > (os.cpu_count() or 1)
 
 
 @dataclass
@@ -28,13 +53,16 @@ class World:
     local_rank: int
     local_size: int
     host: str
+    #: More ranks on this node than cores: waits sleep between polls (`poll_until`) instead of spinning.
+    oversubscribed: bool = False
 
     @classmethod
     def detect(cls) -> World:
         comm = MPI.COMM_WORLD
         node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
         world = cls(comm=comm, rank=comm.Get_rank(), size=comm.Get_size(), local_rank=node.Get_rank(),
-                    local_size=node.Get_size(), host=socket.gethostname())
+                    local_size=node.Get_size(), host=socket.gethostname(),
+                    oversubscribed=_oversubscribed(node.Get_size()))
         node.Free()
         return world
 
@@ -47,31 +75,51 @@ class World:
         """True in a job of one process: collectives are local and need no MPI call."""
         return self.size == 1
 
+    def settle(self) -> None:
+        """On an oversubscribed node, wait without spinning until every rank has arrived (a polled Ibarrier),
+        so that the collective that follows does not take the cores from the ranks still computing."""
+        if self.oversubscribed and not self.alone:
+            poll_until(self.comm.Ibarrier().Test)
+
     def barrier(self) -> None:
         if not self.alone:
+            self.settle()
             self.comm.Barrier()
 
     def bcast(self, obj: Any, root: int = 0) -> Any:
         """Broadcast a small Python object (control data only; never model state)."""
-        return obj if self.alone else self.comm.bcast(obj, root=root)
+        if self.alone:
+            return obj
+        self.settle()
+        return self.comm.bcast(obj, root=root)
 
     def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
         """Gather small per-rank records (metrics, placement) to the root, in rank order; None elsewhere."""
-        return [obj] if self.alone else self.comm.gather(obj, root=root)
+        if self.alone:
+            return [obj]
+        self.settle()
+        return self.comm.gather(obj, root=root)
 
     def allgather(self, obj: Any) -> list[Any]:
         """Every rank's small record, in rank order, on every rank."""
-        return [obj] if self.alone else self.comm.allgather(obj)
+        if self.alone:
+            return [obj]
+        self.settle()
+        return self.comm.allgather(obj)
 
     def allreduce_max(self, value: float) -> float:
         """The largest of every rank's `value`, on every rank."""
-        return value if self.alone else float(self.comm.allreduce(value, op=MPI.MAX))
+        if self.alone:
+            return value
+        self.settle()
+        return float(self.comm.allreduce(value, op=MPI.MAX))
 
     def allreduce_sum_(self, array: np.ndarray) -> np.ndarray:
         """Replace `array` (contiguous, numeric) by the elementwise sum over every rank's array; returns it.
 
         Integer sums are exact, so a fixed-point sum does not depend on the order of the reduction."""
         if not self.alone:
+            self.settle()
             self.comm.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM)
         return array
 

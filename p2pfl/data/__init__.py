@@ -8,6 +8,7 @@ from p2pfl.data.augment import (
     SimCLRAugment,
     dataset_stats,
     normalize,
+    simclr_crop_scale,
     supervised_apply,
     supervised_augment,
     supervised_draw,
@@ -37,7 +38,8 @@ from p2pfl.data.tasks import make_mosaic, make_task, split_public
 __all__ = [
     "DATASETS", "DATASET_STATS", "DatasetNotFound", "ImageDataset", "PARTITIONS", "PartitionError", "PeerData",
     "SimCLRAugment", "class_counts", "data_root", "dataset_stats", "ensure_dataset",
-    "load_dataset", "make_mosaic", "normalize", "partition", "random_subset", "rotate_images", "rotation_groups",
+    "load_dataset", "make_mosaic", "normalize", "simclr_crop_scale", "partition", "random_subset", "rotate_images",
+    "rotation_groups",
     "make_task", "split_public", "supervised_apply", "supervised_augment", "supervised_draw", "synthetic_dataset",
     "to_geometry",
 ]

@@ -9,7 +9,8 @@ Schemes:
   samples already get p_j = 0; renormalise; cut the shuffled class indices at cumsum(p). The whole partition is
   redrawn until every peer holds at least ``min_size`` samples (at most ``max_tries`` draws, then
   :class:`PartitionError`). If a class's masked p sums to zero (tiny alpha), that class's Dirichlet draw is
-  repeated. Each peer's indices are shuffled.
+  repeated. Each peer's indices are shuffled. With a size band (the Dec-SSL code's acceptance rule) a draw is
+  kept only when every peer holds between (1 − band)·N/K and (1 + band)·N/K samples.
 - ``skew``: Dec-SSL's label skew (beta): per class, a fraction beta of its (shuffled) samples goes to a uniform
   pool, the rest to a class-sorted pool. The uniform pool is shuffled and split equally. The sorted pool is cut
   into exclusive contiguous slices: when K ≤ C each peer takes ⌊C/K⌋ whole classes (peer i: classes
@@ -48,8 +49,12 @@ def _as_labels(labels) -> np.ndarray:
 
 
 def partition(labels, n_peers: int, kind: str, seed: int, alpha: float = 0.5, beta: float = 0.5,
-              min_size: int = 10, num_classes: int | None = None, max_tries: int = 1000) -> list[np.ndarray]:
+              min_size: int = 10, num_classes: int | None = None, max_tries: int = 1000,
+              size_band: float | None = None) -> list[np.ndarray]:
     """Split the indices 0..N−1 of ``labels`` among ``n_peers`` peers by ``kind`` (see the module docstring).
+
+    Dirichlet redraws until every peer holds at least ``min_size`` samples (MOON's rule), or with ``size_band``
+    until every peer holds between (1 − band)·N/K and (1 + band)·N/K (the Dec-SSL code's rule, band 0.5).
 
     Returns one int64 index array per peer. Depends only on (labels, n_peers, kind, seed, parameters).
     """
@@ -66,7 +71,7 @@ def partition(labels, n_peers: int, kind: str, seed: int, alpha: float = 0.5, be
     if kind == "iid":
         parts = _iid(n, k, rng)
     elif kind == "dirichlet":
-        parts = _dirichlet(y, k, c, alpha, min_size, max_tries, rng)
+        parts = _dirichlet(y, k, c, alpha, min_size, max_tries, rng, size_band)
     elif kind == "skew":
         parts = _skew(y, k, c, beta, rng)
     elif kind in ("one-class", "oneclass"):
@@ -85,10 +90,15 @@ def _iid(n: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
 
 
 def _dirichlet(y: np.ndarray, k: int, c: int, alpha: float, min_size: int, max_tries: int,
-               rng: np.random.Generator) -> list[np.ndarray]:
+               rng: np.random.Generator, band: float | None = None) -> list[np.ndarray]:
     n = y.size
     if not alpha > 0:
         raise PartitionError(f"dirichlet alpha must be > 0, got {alpha}")
+    if band is not None:
+        if not 0 < band < 1:
+            raise PartitionError(f"dirichlet size band must lie in (0, 1), got {band}")
+        low, high = (1 - band) * n / k, (1 + band) * n / k
+        min_size = max(min_size, math.ceil(low))
     if n < k * min_size:
         raise PartitionError(f"dirichlet partition: {n} samples cannot give each of {k} peers min_size={min_size}")
     by_class = [np.flatnonzero(y == cls) for cls in range(c)]
@@ -113,8 +123,12 @@ def _dirichlet(y: np.ndarray, k: int, c: int, alpha: float, min_size: int, max_t
                     batches[j].append(chunk)
                     sizes[j] += chunk.size
         smallest = max(smallest, int(sizes.min()))
-        if sizes.min() >= min_size:
+        if sizes.min() >= min_size and (band is None or sizes.max() <= high):
             return [rng.permutation(np.concatenate(b)) if b else np.empty(0, np.int64) for b in batches]
+    if band is not None:
+        raise PartitionError(f"dirichlet partition: no draw in {max_tries} kept all {k} peers within "
+                             f"{low:.0f}..{high:.0f} samples (size band {band}, alpha={alpha}, N={n}); "
+                             f"raise alpha or the band, or use fewer peers")
     raise PartitionError(f"dirichlet partition: no draw in {max_tries} gave all {k} peers at least "
                          f"min_size={min_size} samples (alpha={alpha}, N={n}, best smallest={smallest}); "
                          f"raise alpha, lower min_size or use fewer peers")

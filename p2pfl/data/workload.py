@@ -63,7 +63,7 @@ def load_workload(cfg: Any, n_peers: int, world: Any) -> Workload:
         dataset.y_train = dataset.y_train[keep]
     labels = dataset.y_train.numpy()
     parts = partition(labels, n_peers, cfg.partition, cfg.seed, alpha=cfg.alpha, beta=cfg.beta,
-                      min_size=cfg.min_size, num_classes=dataset.num_classes)
+                      min_size=cfg.min_size, num_classes=dataset.num_classes, size_band=cfg.size_band)
     groups = rotation_groups(n_peers, cfg.rotate_groups)
     counts = class_counts(parts, labels, dataset.num_classes)
     manifest = {"partition": {"kind": cfg.partition, "alpha": cfg.alpha, "beta": cfg.beta,

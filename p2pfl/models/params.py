@@ -63,7 +63,7 @@ def bn_parameter_mask(model: nn.Module, rule: str = "type") -> list[bool]:
 
 
 def _fedbn_rule(fedbn: bool | str) -> str | None:
-    if fedbn is False or fedbn is None:
+    if fedbn is False or fedbn is None or fedbn == "off":
         return None
     if fedbn is True:
         return "type"

@@ -1,6 +1,7 @@
 """What a run was: versions, commit, command line, seeds, where each peer ran, the topology."""
 from __future__ import annotations
 
+import importlib.metadata
 import platform
 import subprocess
 import sys
@@ -16,13 +17,13 @@ def versions() -> dict[str, str]:
     out = {"python": platform.python_version(), "p2pfl": p2pfl.__version__}
     for name in ("torch", "torchvision", "numpy", "networkx", "mpi4py", "transformers", "peft"):
         module = sys.modules.get(name)
-        if module is None:
-            try:
-                module = __import__(name)
-            except Exception:  # noqa: BLE001 - a missing optional library is recorded, not fatal
-                out[name] = "absent"
-                continue
-        out[name] = getattr(module, "__version__", "unknown")
+        if module is not None:
+            out[name] = getattr(module, "__version__", "unknown")
+            continue
+        try:  # the installed distribution's version, without importing it (transformers takes seconds)
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:  # a missing optional library is recorded, not fatal
+            out[name] = "absent"
     try:
         from mpi4py import MPI
         out["mpi"] = MPI.Get_library_version().splitlines()[0].strip()
