@@ -193,8 +193,8 @@ class GossipLearner(LocalTrainer):
         if self.ctx.world.is_root:
             metrics["peers_scored"] = float(len(sample))
         scored = [p for p in self.alive_peers() if p in sample]
-        return {p: {**scores, **(extra(p) if extra else {}), "drift_to_avg": weight_drift(self.peers[p].model, reference(p)),
-                    "drift_to_neighbours": between[p]}
+        return {p: {**scores, **(extra(p) if extra else {}),
+                    "drift_to_avg": weight_drift(self.peers[p].model, reference(p)), "drift_to_neighbours": between[p]}
                 for p, scores in self.score_peers(scored, True).items()}
 
     def untrained_scores(self, scores: dict[str, float], final: bool) -> dict[str, float]:
