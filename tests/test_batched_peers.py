@@ -30,8 +30,8 @@ from helpers_inproc import setup_algorithm
 
 METHODS = ["dec-ssl", "dec-sl", "local", "fedavg", "fedprox", "moon", "solo"]
 #: Small shards of unequal size (Dirichlet): peers do different numbers of local steps, so the prefix rule runs.
-SMALL = {"peers": 5, "local_steps": None, "local_epochs": 1.0, "batch_size": 16, "train_subset": 400,
-         "probe_epochs": 2, "knn_k": 20}
+SMALL = {"peers": 5, "partition": "dirichlet", "local_steps": None, "local_epochs": 1.0, "batch_size": 16,
+         "train_subset": 400, "probe_epochs": 2, "knn_k": 20}
 
 
 def _nets():
