@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from p2pfl.comm.world import World  # noqa: E402
 from p2pfl.config import make_config, resolve  # noqa: E402
 from p2pfl.run import build_algorithm, build_context  # noqa: E402
+from p2pfl.runtime.device import configure_determinism  # noqa: E402
 
 
 def build(mode: str, peers: int, model: str, args: argparse.Namespace, out: Path):
@@ -65,7 +66,7 @@ def main() -> None:
     parser.add_argument("--no-eval", action="store_true", help="time training only")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    configure_determinism(args.threads, torch.device(args.device))  # as p2pfl.run: TF32 off
     rows = []
     print(f"{args.algorithm}, {args.images} Fashion-MNIST images per peer, batch {args.batch_size}, one local "
           f"epoch per round, device {args.device}, {args.threads} thread(s)")

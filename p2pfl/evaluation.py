@@ -94,7 +94,8 @@ def _linear_probes_fit(train_f: torch.Tensor, train_y: torch.Tensor, num_classes
     device = train_f.device
     mu = train_f.mean(1, keepdim=True)
     sigma = train_f.std(1, keepdim=True).clamp_min(1e-6)
-    x = (train_f - mu).div_(sigma)  # the one full copy
+    # the one full copy, row-major whatever train_f's strides (features of stacked peers can come as a view)
+    x = torch.sub(train_f, mu, out=torch.empty(train_f.shape, dtype=train_f.dtype, device=device)).div_(sigma)
     weight = torch.stack([torch.randn((num_classes, d), generator=g, device=g.device).to(device) * 0.01
                           for g in generators]).requires_grad_(True)
     bias = torch.zeros(peers, num_classes, device=device, dtype=weight.dtype, requires_grad=True)

@@ -1,26 +1,78 @@
 #!/usr/bin/env bash
-# What to run where a GPU is lent (it has never run on one yet): the tests that use CUDA, the stacked-peer
-# equivalence on the GPU, the main job on the GPU, and the batched-peer benchmark (loop vs batched, 20 and 100
-# peers). Writes everything under ${OUT:-gpu-check}/. Expects .venv from scripts/setup.sh and the data under
-# $P2PFL_DATA (default data-cache).
+# What to run where a GPU is lent: the tests that use CUDA, the batched-peer benchmark (loop vs batched, 20 and
+# 100 peers), the main job on the GPU under mpirun, and the 100-peer Dec-SSL job batched. Everything goes
+# to ${OUT:-gpu-check}/: log.txt (all output), bench_batched_peers.json, runs.tar.gz (the run folders' summaries
+# and manifests). Python: .venv from scripts/setup.sh when present, else the machine's python that holds torch, with
+# the wheels under .whl/ installed into it (mpi4py and mpich, when the machine lacks an MPI). Data: $P2PFL_DATA, else .gpu-data/
+# (a copy of the Fashion-MNIST files), else data-cache/. STEP_SCALE=0.1 shrinks every step for a dry run on CPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-check}
 mkdir -p "$OUT"
-export P2PFL_DATA=${P2PFL_DATA:-$PWD/data-cache} OMP_NUM_THREADS=1
-PY=.venv/bin/python
-nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
-$PY -c "import torch; print(torch.__version__, torch.cuda.is_available(), torch.cuda.get_device_name(0))" \
-    | tee "$OUT/torch.txt"
-# the stacked models against each model, and the batched probes, on the GPU
-timeout 300 $PY -m pytest -q -p no:cacheprovider tests/test_batched_peers.py \
-    tests/test_batched_probe.py tests/test_data_augment.py -k "not mpi" 2>&1 | tail -20 | tee "$OUT/tests.txt"
-# the main job's method with 100 peers on one GPU (one rank), batched and not
-for mode in on off; do
-    /usr/bin/time -v timeout 600 $PY -m p2pfl.run --device cuda --peers 100 --topology random --p 0.05 \
-        --rounds 10 --batch-peers $mode --no-progress --out "$OUT/runs" --name "dec-ssl-100-$mode" \
-        > "$OUT/job-$mode.txt" 2>&1
-    tail -25 "$OUT/job-$mode.txt"
-done
-timeout 900 $PY benchmarks/bench_batched_peers.py --device cuda --peers 20,100 --models simple-cnn,resnet-small \
-    --json "$OUT/bench_batched_peers.json" 2>&1 | tee "$OUT/bench_batched_peers.txt"
+OUT=$(cd "$OUT" && pwd)
+LOG=$OUT/log.txt
+RUNS=${RUNS:-/tmp/p2pfl-gpu-runs}
+DEVICE=${DEVICE:-cuda}
+SCALE=${STEP_SCALE:-1}
+rm -rf "$RUNS"
+mkdir -p "$RUNS"
+if [ -z "${P2PFL_DATA:-}" ]; then
+    if [ -d .gpu-data ]; then P2PFL_DATA=$PWD/.gpu-data; else P2PFL_DATA=$PWD/data-cache; fi
+fi
+export P2PFL_DATA OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
+
+say() { echo "=== $(date +%T) $*" | tee -a "$LOG"; }
+step() {  # step SECONDS CMD...: run with a limit, output to the log, the exit status reported
+    local limit=$1; shift
+    say "$* (limit ${limit}s)"
+    local t0=$SECONDS
+    timeout "$limit" "$@" >> "$LOG" 2>&1
+    local rc=$?
+    say "rc $rc after $((SECONDS - t0))s"
+}
+scaled() { python3 -c "import sys; print(max(1, round($1 * $SCALE)))"; }
+
+if [ -x .venv/bin/python ]; then
+    PY=.venv/bin/python
+    MPIRUN=.venv/bin/mpirun
+else  # the machine's python that holds torch; the carried MPI wheels go into its environment
+    PY=python3
+    for c in /opt/torch/.venv/bin/python3 $(command -v python3); do
+        if "$c" -c "import torch" 2>/dev/null; then PY=$c; break; fi
+    done
+    if ls .whl/*.whl > /dev/null 2>&1; then
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl >> "$LOG" 2>&1
+    fi
+    MPIRUN=$(dirname "$PY")/mpirun
+    [ -x "$MPIRUN" ] || MPIRUN=$(command -v mpirun || true)
+fi
+
+say "machine"
+nvidia-smi >> "$LOG" 2>&1
+$PY -c "import torch, mpi4py; from mpi4py import MPI; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
+torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-', 'mpi4py', mpi4py.__version__, MPI.Get_library_version().splitlines()[0])" \
+    2>&1 | tee -a "$LOG"
+
+# the stacked models against each model, the batched probes and the augmentations, on the GPU too
+step "$(scaled 100)" $PY -m pytest -q -p no:cacheprovider tests/test_batched_peers.py tests/test_batched_probe.py \
+    tests/test_data_augment.py -k "not mpi"
+
+# loop vs batched, side by side in one process
+step "$(scaled 150)" $PY benchmarks/bench_batched_peers.py --device "$DEVICE" --peers 20,100 \
+    --models simple-cnn,resnet-small --json "$OUT/bench_batched_peers.json"
+
+# the main job: 20 Dec-SSL peers on a cycle, MAIN_RANKS ranks sharing the GPU (20/MAIN_RANKS batched peers each)
+MAIN_RANKS=${MAIN_RANKS:-4}
+LAUNCH=("$MPIRUN" -n "$MAIN_RANKS")
+[ "$MAIN_RANKS" = 1 ] && LAUNCH=()
+step "$(scaled 110)" "${LAUNCH[@]}" $PY -m p2pfl.run --topology cycle --peers 20 --device "$DEVICE" \
+    --rounds "$(scaled 20)" --no-progress --out "$RUNS" --name "main-job-$MAIN_RANKS-ranks"
+
+# the 100-peer Dec-SSL job of issue 12 (random graph p 0.05, 10 rounds, every peer scored), batched, one rank
+# (the benchmark above has the loop beside it)
+step "$(scaled 70)" $PY -m p2pfl.run --device "$DEVICE" --peers 100 --topology random --p 0.05 \
+    --rounds "$(scaled 10)" --batch-peers on --no-progress --out "$RUNS" --name dec-ssl-100
+
+say "done"
+(cd "$RUNS" && tar czf "$OUT/runs.tar.gz" --exclude='*.pt' --exclude='checkpoint*' . ) 2>> "$LOG"
+ls -la "$OUT" >> "$LOG"

@@ -7,6 +7,7 @@ from p2pfl.comm.world import World
 from p2pfl.config import make_config, resolve
 from p2pfl.rounds import Algorithm
 from p2pfl.run import build_algorithm, build_context
+from p2pfl.runtime.device import configure_determinism
 
 _WORLD: World | None = None
 
@@ -25,4 +26,6 @@ def setup_algorithm(out: Path, **options) -> Algorithm:
     """The set-up algorithm of `options` (RunConfig fields over DEFAULTS), its run folder under `out`; its
     context is `.ctx`."""
     cfg = make_config(**{**DEFAULTS, "out": str(out), **options})
-    return build_algorithm(build_context(world(), resolve(cfg, world().size), announce=False))
+    ctx = build_context(world(), resolve(cfg, world().size), announce=False)
+    configure_determinism(cfg.threads, ctx.device)
+    return build_algorithm(ctx)

@@ -108,14 +108,19 @@ def _round(algo, t: int) -> dict[int, dict[str, float]]:
     return out
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("method", METHODS)
-def test_step_losses_equal_the_loop(tmp_path: Path, method: str) -> None:
+def test_step_losses_equal_the_loop(tmp_path: Path, method: str, device: str) -> None:
     """The same peers from the same start: every step's loss within 2e-5, one round; then two more rounds
     within the stated drift tolerance; the models agree as closely."""
+    if device == "cuda" and method == "dec-ssl":
+        pytest.skip("on an H200 cuDNN's kernels for the grouped and the single convolutions differ by float32 "
+                    "ulps, which Dec-SSL amplifies to 0.4% in 5 steps: held to the loop's own sensitivity instead "
+                    "(test_dec_ssl_adam_drift_is_the_loops_own_sensitivity[cuda])")
     runs = {}
     for mode in ("off", "on"):
         algo = setup_algorithm(tmp_path / mode, algorithm=method, batch_peers=mode, optimizer="sgd", lr=0.05,
-                               **SMALL)
+                               device=device, **SMALL)
         assert (algo.batched is not None) == (mode == "on")
         algo.step_losses = {}
         first = _round(algo, 1)
@@ -136,24 +141,26 @@ def test_step_losses_equal_the_loop(tmp_path: Path, method: str) -> None:
                 assert later_batched[p][k] == pytest.approx(v, rel=2e-2, abs=1e-4), (p, k)
 
 
-def _first_round_steps(out: Path, mode: str, perturb: float = 0.0) -> dict[int, torch.Tensor]:
-    algo = setup_algorithm(out, algorithm="dec-ssl", batch_peers=mode, **SMALL)
+def _first_round_steps(out: Path, mode: str, perturb: float = 0.0, device: str = "cpu") -> dict[int, torch.Tensor]:
+    algo = setup_algorithm(out, algorithm="dec-ssl", batch_peers=mode, device=device, **SMALL)
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for peer in algo.peers.values():
             for w in peer.model.parameters():
-                w.mul_(1 + perturb * torch.randn(w.shape, generator=gen))
+                w.mul_(1 + perturb * torch.randn(w.shape, generator=gen).to(w.device))
     algo.step_losses = {}
     _round(algo, 1)
     return {p: torch.tensor(v) for p, v in algo.step_losses.items()}
 
 
-def test_dec_ssl_adam_drift_is_the_loops_own_sensitivity(tmp_path: Path) -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_dec_ssl_adam_drift_is_the_loops_own_sensitivity(tmp_path: Path, device: str) -> None:
     """Dec-SSL with Adam: batched vs loop differ no more than the loop differs from itself under a 1e-7
-    perturbation of the start (per step, the worst peer, with a factor 5 of slack)."""
-    loop = _first_round_steps(tmp_path / "loop", "off")
-    batched = _first_round_steps(tmp_path / "batched", "on")
-    nudged = _first_round_steps(tmp_path / "nudged", "off", perturb=1e-7)
+    perturbation of the start (per step, the worst peer, with a factor 5 of slack). On a GPU this is the
+    yardstick for SGD too: cuDNN picks other kernels for a grouped convolution than for each alone."""
+    loop = _first_round_steps(tmp_path / "loop", "off", device=device)
+    batched = _first_round_steps(tmp_path / "batched", "on", device=device)
+    nudged = _first_round_steps(tmp_path / "nudged", "off", perturb=1e-7, device=device)
     for p in loop:
         assert len(batched[p]) == len(loop[p]) == len(nudged[p])
         assert batched[p][0] == pytest.approx(float(loop[p][0]), rel=1e-6)
@@ -231,7 +238,7 @@ def test_on_where_unsupported_fails_before_training(tmp_path: Path, capsys) -> N
     assert verdict["mode"] == "auto" and not verdict["ranks"][0]["batched"]
     assert "vit-tiny" in verdict["ranks"][0]["why"]
     # auto on a CPU: only the encoders measured faster stacked (simple-cnn); `on` still forces the others
-    resnet = setup_algorithm(tmp_path / "resnet", algorithm="dec-sl", model="resnet-small", peers=2)
+    resnet = setup_algorithm(tmp_path / "resnet", algorithm="dec-sl", model="resnet-small", peers=2, device="cpu")
     assert resnet.batched is None and "peer by peer" in resnet.ctx.manifest_extra["batch_peers"]["ranks"][0]["why"]
     assert setup_algorithm(tmp_path / "forced", algorithm="dec-sl", model="resnet-small", peers=2,
                            batch_peers="on").batched is not None

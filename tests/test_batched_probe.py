@@ -84,6 +84,18 @@ def test_linear_probes_independent_of_chunk():
         assert all(torch.equal(a, b) for a, b in zip(s, states[0]))
 
 
+def test_linear_probes_take_features_of_any_layout():
+    """Features that arrive as a strided view (stacked peers' features on a GPU came as [N, P, D] transposed)
+    give the same accuracies as the contiguous copy."""
+    train_f, train_y, test_f, test_y = _data()
+    strided_train = train_f.transpose(0, 1).contiguous().transpose(0, 1)
+    strided_test = test_f.transpose(0, 1).contiguous().transpose(0, 1)
+    assert not strided_train.is_contiguous()
+    expected = ev.linear_probes(train_f, train_y, test_f, test_y, C, EPOCHS, _gens(), batch=BATCH)
+    got = ev.linear_probes(strided_train, train_y, strided_test, test_y, C, EPOCHS, _gens(), batch=BATCH)
+    assert got == expected
+
+
 def test_linear_probes_rejects_shared_or_missing_generators():
     train_f, train_y, test_f, test_y = _data()
     g = torch.Generator().manual_seed(0)

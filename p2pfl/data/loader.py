@@ -56,6 +56,6 @@ class PeerData:
         return {"generator": self.generator.get_state(), "order": self.order, "pos": self.pos}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.generator.set_state(state["generator"])
+        self.generator.set_state(state["generator"].cpu())  # a checkpoint restored onto a GPU moved it there
         self.order = None if state["order"] is None else state["order"].to(self.device)
         self.pos = int(state["pos"])
