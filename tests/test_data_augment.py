@@ -126,6 +126,47 @@ def test_jitter_fraction_is_about_p():
     assert 0.74 < float(changed) < 0.86
 
 
+@pytest.mark.parametrize("channels", [3, 1])
+def test_colour_without_masks_equals_masked(channels):
+    """The GPU's branch-free colour path (every operation on every image, the selected results kept) gives
+    the CPU's masked one: the same images, up to float rounding."""
+    x = images(256, channels, 16)
+    mean, std = (0.5,) * channels, (0.25,) * channels
+    aug = SimCLRAugment(16, channels, mean, std)
+    draws = aug.draw(x, gen(3))
+    masked = aug.apply_unnormalized(x, draws, masked=True)
+    free = aug.apply_unnormalized(x, draws, masked=False)
+    torch.testing.assert_close(free, masked, rtol=0, atol=2e-6)
+    assert not torch.equal(masked, aug.apply_unnormalized(x, aug.draw(x, gen(4)), masked=True))
+
+
+def test_one_draw_per_view_and_draws_concatenate():
+    """A view's randomness is one B×DRAW_WIDTH call on the generator, so the draws of two half batches
+    (one generator, in turn) are the draw of the whole batch, and apply gives the same views."""
+    x = images(32)
+    aug = SimCLRAugment(32, 3, MEAN3, STD3)
+    g = gen(7)
+    whole = aug.draw(x, g)
+    assert set(whole) == {"u"} and whole["u"].shape == (32, A.DRAW_WIDTH)
+    g = gen(7)
+    halves = [aug.draw(x[:16], g), aug.draw(x[16:], g)]
+    joined = {"u": torch.cat([h["u"] for h in halves])}
+    assert torch.equal(joined["u"], whole["u"])
+    assert torch.equal(aug.apply(x, joined), aug.apply(x, whole))
+
+
+def test_supervised_offsets_and_flips_are_uniform():
+    """The crop offsets are uniform over 0..2p and the flips have rate p, as torch.randint / rand gave."""
+    x = images(9000, 1, 4)
+    u = A.supervised_draw(x, gen(0))["u"]
+    offsets = torch.floor(u[:, :2] * 9).long()
+    counts = torch.stack([torch.bincount(offsets[:, k], minlength=9) for k in range(2)]).float()
+    assert counts.shape == (2, 9)
+    chi2 = ((counts - 1000) ** 2 / 1000).sum(1)
+    assert bool((chi2 < 26.1).all()), chi2  # 8 degrees of freedom: P(chi2 > 26.1) = 0.001
+    assert abs(float((u[:, 2] < 0.5).float().mean()) - 0.5) < 0.02
+
+
 def test_float_input_equals_uint8_input():
     x = images(8)
     aug = SimCLRAugment(32, 3, MEAN3, STD3)

@@ -86,6 +86,40 @@ def test_a_peer_whose_update_turns_non_finite_is_rolled_back(tmp_path: Path, mod
     assert algo.rolled_back == [1]
 
 
+def test_batched_peers_roll_back_only_the_peer_that_turned_non_finite(tmp_path: Path) -> None:
+    """--batch-peers on: one stacked optimiser step poisons peer 1's slice; that peer returns to its state
+    before the round exactly, the others keep their trained models."""
+    algo = setup_algorithm(tmp_path, algorithm="fedavg", batch_peers="on", peers=4, **TRAIN)
+    assert algo.batched is not None
+    build = algo.batched.optimizer
+
+    def poisoning(group, stack, round):
+        opt = build(group, stack, round)
+        step, row = opt.step, [peer.id for peer in group].index(1)
+
+        def poisoned_step(grads, n=None):
+            step(grads, n)
+            opt.params[0][row].view(-1)[0] = float("nan")
+        opt.step = poisoned_step
+        return opt
+    algo.batched.optimizer = poisoning
+    with torch.no_grad():  # distinct starts, so that restoring the wrong peer's slice shows
+        for p, peer in algo.peers.items():
+            for w in peer.model.parameters():
+                w.add_(0.01 * p)
+    before = {p: {k: v.clone() for k, v in peer.model.state_dict().items()} for p, peer in algo.peers.items()}
+    metrics = algo.local_updates(sorted(algo.peers), 1)
+    for p, peer in algo.peers.items():
+        state = peer.model.state_dict()
+        assert math.isfinite(metrics[p]["loss"]) == (p != 1)  # its later steps ran on the poisoned model
+        if p == 1:
+            assert all(torch.equal(state[k], before[p][k]) for k in state)
+        else:
+            assert not all(torch.equal(state[k], before[p][k]) for k in state)
+            assert all(bool(torch.isfinite(v).all()) for v in state.values() if v.is_floating_point())
+    assert algo.rolled_back == [1]
+
+
 def test_fedmuscle_drops_non_finite_representations(tmp_path: Path) -> None:
     args = ["--algorithm", "fedmuscle", "--peers", "4", "--rounds", "2", "--topology", "complete", "--dataset",
             "synthetic", "--train-subset", "240", "--batch-size", "16", "--local-steps", "1", "--public-size", "80",

@@ -113,13 +113,13 @@ class BatchedPeers:
 
     def train_group(self, group: list[Peer], round: int) -> dict[int, dict[str, float]]:
         t = self.trainer
-        before = [t.snapshot(peer) for peer in group]
         for peer in group:
             t.before_local(peer, round)
             peer.model.train()
         steps = [t.steps(peer) for peer in group]
         size = t.batch_size(group[0])
         stack = PeerStack([peer.model for peer in group])
+        before = stack.clone()  # what a peer whose update turns non-finite returns to (before_local keeps models)
         refs = [PeerStack(list(models)) for models in zip(*(t.references(peer) for peer in group))]
         start = {k: stack.params[k].clone() for k in stack.trainable} if t.penalized else None
         opt = self.optimizer(group, stack, round)
@@ -159,14 +159,16 @@ class BatchedPeers:
                     t.step_losses.setdefault(peer.id, []).append(value)
             for k, v in step_terms.items():
                 terms.setdefault(k, torch.zeros(len(group), device=device))[:n] += v.detach()
+        finite = stack.finite().tolist()
         stack.write_back([peer.model for peer in group])
         if self.cfg.keep_optimizer:
             opt.export_to([peer.optimizer for peer in group], [t.trainable(peer.model) for peer in group])
+        totals_, terms_ = totals.tolist(), {k: v.tolist() for k, v in terms.items()}
         metrics = {}
         for i, peer in enumerate(group):
             t.after_local(peer, round)
-            m = {"loss": float(totals[i]) / steps[i], **{k: float(v[i]) / steps[i] for k, v in terms.items()}}
-            metrics[peer.id] = t.guard(peer, round, m, before[i])
+            m = {"loss": totals_[i] / steps[i], **{k: v[i] / steps[i] for k, v in terms_.items()}}
+            metrics[peer.id] = t.guard(peer, round, m, partial(before.write_back, [peer.model], [i]), finite[i])
         return metrics
 
     def optimizer(self, group: list[Peer], stack: PeerStack, round: int) -> StackedOptimizer:

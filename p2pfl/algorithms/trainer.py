@@ -14,7 +14,7 @@ parameters (`penalty`) sets `batchable`; its co-located peers can then train as 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any, ClassVar
 
 import torch
@@ -118,7 +118,8 @@ class LocalTrainer(Algorithm):
         """Fill the method's own fields of a freshly built record."""
 
     def before_local(self, peer: Peer, round: int) -> None:
-        """Hook before a peer's local training in `round` (e.g. snapshot the model it starts from)."""
+        """Hook before a peer's local training in `round` (e.g. snapshot the model it starts from). It must
+        not change the peer's model: the batched path takes its roll-back point after it."""
 
     def after_backward(self, peer: Peer) -> None:
         """Hook between backward and the optimiser step (gradient corrections)."""
@@ -215,15 +216,21 @@ class LocalTrainer(Algorithm):
         """A copy of the peer's model state to roll back to."""
         return {k: v.detach().clone() for k, v in peer.model.state_dict().items()}
 
-    def guard(self, peer: Peer, round: int, metrics: dict[str, float], before: dict[str, torch.Tensor]
-              ) -> dict[str, float]:
-        """`metrics` of a finished local round; a non-finite outcome is rolled back to `before` (or aborts)."""
-        state = [v for v in peer.model.state_dict().values() if v.is_floating_point()]
-        if math.isfinite(metrics["loss"]) and all(bool(torch.isfinite(v).all()) for v in state):
+    def guard(self, peer: Peer, round: int, metrics: dict[str, float],
+              before: dict[str, torch.Tensor] | Callable[[], None], finite: bool | None = None) -> dict[str, float]:
+        """`metrics` of a finished local round; a non-finite outcome is rolled back to `before` (a state dict,
+        or what restores it) or aborts. `finite`: whether the model is finite, when the caller already knows."""
+        if finite is None:
+            state = [v for v in peer.model.state_dict().values() if v.is_floating_point()]
+            finite = all(bool(torch.isfinite(v).all()) for v in state)
+        if math.isfinite(metrics["loss"]) and finite:
             return metrics
         if self.cfg.on_nonfinite == "abort":
             raise RuntimeError(f"peer {peer.id}'s update turned non-finite in round {round} (--on-nonfinite abort)")
-        peer.model.load_state_dict(before)
+        if callable(before):
+            before()
+        else:
+            peer.model.load_state_dict(before)
         peer.optimizer.state.clear()
         self.rolled_back.append(peer.id)
         return metrics

@@ -80,8 +80,14 @@ def sample_crop_boxes(batch: int, height: int, width: int, generator: torch.Gene
     """Per-sample RandomResizedCrop boxes (top, left, h, w) as a B×4 float tensor, torchvision's rule batched:
     up to ``attempts`` (area, log-ratio) draws per sample, the first that fits wins; otherwise a central crop
     with the ratio clamped to ``ratio``."""
-    area = height * width
     u = torch.rand(batch, attempts, 4, generator=generator, device=device, dtype=torch.float64)
+    return crop_boxes(u, height, width, scale, ratio)
+
+
+def crop_boxes(u: torch.Tensor, height: int, width: int, scale: tuple[float, float] = (0.08, 1.0),
+               ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> torch.Tensor:
+    """`sample_crop_boxes` from its uniforms `u` (B×attempts×4: area, log-ratio, top, left per attempt)."""
+    area = height * width
     target_area = area * (scale[0] + (scale[1] - scale[0]) * u[..., 0])
     log_r = math.log(ratio[0]) + (math.log(ratio[1]) - math.log(ratio[0])) * u[..., 1]
     aspect = torch.exp(log_r)
@@ -200,6 +206,9 @@ def adjust_hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
 #: often keeps a blank corner, so smaller images default to a milder crop. Measured on Fashion-MNIST (SimCLR,
 #: simple CNN, T 0.2, 2 epochs, probe on its features): crop 0.5 0.780, 0.2 0.772, untrained 0.730.
 SIMCLR_CROP_SCALE, SMALL_IMAGE_CROP_SCALE, SMALL_IMAGE = 0.08, 0.5, 32
+#: RandomResizedCrop's attempts per image, and the uniforms one SimCLR view takes per image (SimCLRAugment.params).
+CROP_ATTEMPTS = 10
+DRAW_WIDTH = 4 * CROP_ATTEMPTS + 11
 
 
 def simclr_crop_scale(option: float | None, image_size: int) -> float:
@@ -244,27 +253,39 @@ class SimCLRAugment:
         return max(0.0, 1.0 - strength), 1.0 + strength
 
     def draw(self, x: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
-        """The random parameters of one view of every image of `x` (per image, so that the draws of several
-        batches concatenate), all taken from `generator` in a fixed order."""
+        """The random numbers of one view of every image of `x`: one B×DRAW_WIDTH tensor of float64 uniforms
+        from `generator` (one call, so a peer's draw is one kernel on a GPU; `params` turns them into the crop,
+        flip and colour parameters for many peers' images at once). Per image, so draws concatenate."""
         if x.dim() != 4 or x.shape[1] != self.channels:
             raise ValueError(f"expected images B×{self.channels}×H×W, got shape {tuple(x.shape)}")
-        dev = x.device
-        b, _, height, width = x.shape
-        return {"boxes": sample_crop_boxes(b, height, width, generator, self.scale, self.ratio, device=dev),
-                "flip": torch.rand(b, generator=generator, device=dev) < self.flip_p,
-                "apply_jitter": torch.rand(b, generator=generator, device=dev) < self.jitter_p,
-                "u": torch.rand(b, 4, generator=generator, device=dev),
-                "order": torch.argsort(torch.rand(b, 4, generator=generator, device=dev), dim=1),
-                "to_gray": torch.rand(b, generator=generator, device=dev) < self.gray_p}
+        return {"u": torch.rand(x.shape[0], DRAW_WIDTH, generator=generator, device=x.device, dtype=torch.float64)}
+
+    def params(self, draws: dict[str, torch.Tensor], height: int, width: int) -> dict[str, torch.Tensor]:
+        """The view parameters of `draws`' uniforms: crop boxes (CROP_ATTEMPTS attempts of 4 columns), then one
+        column each for the flip and the jitter gate, four jitter factors, four keys ordering the jitter's
+        parts (their argsort), and the grayscale gate."""
+        u = draws["u"]
+        c = 4 * CROP_ATTEMPTS
+        return {"boxes": crop_boxes(u[:, :c].reshape(-1, CROP_ATTEMPTS, 4), height, width, self.scale, self.ratio),
+                "flip": u[:, c] < self.flip_p,
+                "apply_jitter": u[:, c + 1] < self.jitter_p,
+                "u": u[:, c + 2:c + 6].float(),
+                "order": torch.argsort(u[:, c + 6:c + 10], dim=1),
+                "to_gray": u[:, c + 10] < self.gray_p}
 
     def unnormalized(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """The augmented views in [0, 1], before normalisation."""
         return self.apply_unnormalized(x, self.draw(x, generator))
 
-    def apply_unnormalized(self, x: torch.Tensor, draws: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The views of `x` for the parameters `draws` (from `draw`), in [0, 1]."""
-        boxes, flip, apply_jitter, u = draws["boxes"], draws["flip"], draws["apply_jitter"], draws["u"]
-        order, to_gray = draws["order"], draws["to_gray"]
+    def apply_unnormalized(self, x: torch.Tensor, draws: dict[str, torch.Tensor], masked: bool | None = None
+                           ) -> torch.Tensor:
+        """The views of `x` for `draws` (from `draw`), in [0, 1]. `masked` (default: on a CPU) applies each
+        colour operation to the images it selects; otherwise to all, keeping the selected results
+        (`torch.where`): more arithmetic, but no host-device synchronisation, which dominates on a GPU."""
+        p = self.params(draws, int(x.shape[2]), int(x.shape[3]))
+        boxes, flip, apply_jitter, u = p["boxes"], p["flip"], p["apply_jitter"], p["u"]
+        order, to_gray = p["order"], p["to_gray"]
+        masked = x.device.type == "cpu" if masked is None else masked
         out = crop_resize_flip(x, boxes, flip, self.image_size)
 
         bri, con, sat, hue = self.jitter
@@ -281,10 +302,15 @@ class SimCLRAugment:
                     if not active[op_id]:
                         continue
                     sel = apply_jitter & (order[:, position] == op_id)
-                    if bool(sel.any()):
+                    if not masked:
+                        out = torch.where(sel.view(-1, 1, 1, 1), ops[op_id](out, factors[op_id]), out)
+                    elif bool(sel.any()):
                         out[sel] = ops[op_id](out[sel], factors[op_id][sel])
-        if self.channels == 3 and self.gray_p > 0 and bool(to_gray.any()):
-            out[to_gray] = _gray(out[to_gray]).expand(-1, 3, -1, -1)
+        if self.channels == 3 and self.gray_p > 0:
+            if not masked:
+                out = torch.where(to_gray.view(-1, 1, 1, 1), _gray(out).expand_as(out), out)
+            elif bool(to_gray.any()):
+                out[to_gray] = _gray(out[to_gray]).expand(-1, 3, -1, -1)
         return out
 
     def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -299,28 +325,27 @@ class SimCLRAugment:
 
 # ------------------------------------------------------------------------------------------------ supervised
 
-def supervised_draw(x: torch.Tensor, generator: torch.Generator, padding: int = 4,
-                    flip_p: float = 0.5) -> dict[str, torch.Tensor]:
-    """The random crop offsets and flips of `supervised_augment` for every image of `x`."""
-    b, dev = x.shape[0], x.device
-    return {"oy": torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=dev),
-            "ox": torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=dev),
-            "flip": torch.rand(b, generator=generator, device=dev) < flip_p}
+def supervised_draw(x: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """The random numbers of `supervised_augment` for every image of `x`: one B×3 tensor of float64 uniforms
+    (row offset, column offset, flip), one call per batch."""
+    return {"u": torch.rand(x.shape[0], 3, generator=generator, device=x.device, dtype=torch.float64)}
 
 
 def supervised_augment(x: torch.Tensor, generator: torch.Generator, mean: Sequence[float], std: Sequence[float],
                        padding: int = 4, flip_p: float = 0.5, padding_mode: str = "constant") -> torch.Tensor:
     """Supervised training transform: random crop of the original size from the image padded by ``padding``
     (zeros, or "reflect" as in MOON's CIFAR-10 code), horizontal flip with ``flip_p``, then normalise."""
-    return supervised_apply(x, supervised_draw(x, generator, padding, flip_p), mean, std, padding, padding_mode)
+    return supervised_apply(x, supervised_draw(x, generator), mean, std, padding, padding_mode, flip_p)
 
 
 def supervised_apply(x: torch.Tensor, draws: dict[str, torch.Tensor], mean: Sequence[float], std: Sequence[float],
-                     padding: int = 4, padding_mode: str = "constant") -> torch.Tensor:
+                     padding: int = 4, padding_mode: str = "constant", flip_p: float = 0.5) -> torch.Tensor:
     """`supervised_augment` with given draws: cropping and flipping are one gather on the uint8 batch."""
     b, c, height, width = x.shape
     dev = x.device
-    oy, ox, flip = draws["oy"], draws["ox"], draws["flip"]
+    u = draws["u"]
+    offsets = torch.floor(u[:, :2] * (2 * padding + 1)).long()  # torch.randint(0, 2p + 1) from uniforms
+    oy, ox, flip = offsets[:, 0], offsets[:, 1], u[:, 2] < flip_p
     if padding > 0:
         if padding_mode == "constant":
             padded = F.pad(x, (padding,) * 4)

@@ -135,8 +135,9 @@ class PeerStack:
         self.trainable = [n for n, p in first.named_parameters() if p.requires_grad]
         self.buffer_names = [n for n, _ in first.named_buffers()]
         with torch.no_grad():
-            self.params = {n: torch.stack([m.get_parameter(n).detach() for m in models]) for n in self.names}
-            self.buffers = {n: torch.stack([m.get_buffer(n) for m in models]) for n in self.buffer_names}
+            per_model = [_tensors(m) for m in models]
+            self.params = {n: torch.stack([t[0][k] for t in per_model]) for k, n in enumerate(self.names)}
+            self.buffers = {n: torch.stack([t[1][k] for t in per_model]) for k, n in enumerate(self.buffer_names)}
 
     def prefix(self, n: int, grad: bool = False) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """(parameters, buffers) of the first n models as views; with `grad` the trainable parameters are fresh
@@ -147,11 +148,33 @@ class PeerStack:
             params[name] = view.detach().requires_grad_() if grad and name in self.trainable else view
         return params, {name: t[:n] for name, t in self.buffers.items()}
 
-    def write_back(self, models: list[nn.Module]) -> None:
-        """Copy every model's slice back into the model."""
+    def clone(self) -> PeerStack:
+        """A copy of the stacked tensors (a snapshot to restore models from)."""
+        out = copy.copy(self)
+        out.params = {n: t.clone() for n, t in self.params.items()}
+        out.buffers = {n: t.clone() for n, t in self.buffers.items()}
+        return out
+
+    def finite(self) -> torch.Tensor:
+        """Per model: whether all its floating-point parameters and buffers are finite (a bool tensor [n])."""
+        tensors = [t for t in (*self.params.values(), *self.buffers.values()) if t.is_floating_point()]
         with torch.no_grad():
-            for i, m in enumerate(models):
-                for name, t in self.params.items():
-                    m.get_parameter(name).copy_(t[i])
-                for name, t in self.buffers.items():
-                    m.get_buffer(name).copy_(t[i])
+            return torch.stack([torch.isfinite(t.flatten(1)).all(1) for t in tensors]).all(0)
+
+    def write_back(self, models: list[nn.Module], index: list[int] | None = None) -> None:
+        """Copy each model's slice back into it (models[j] gets slice index[j], by default j), one multi-tensor
+        copy for all."""
+        index = list(range(len(models))) if index is None else index
+        stacked = (*self.params.values(), *self.buffers.values())
+        dst, src = [], []
+        for m, i in zip(models, index):
+            params, buffers = _tensors(m)
+            dst += [*params, *buffers]
+            src += [t[i] for t in stacked]
+        with torch.no_grad():
+            torch._foreach_copy_(dst, src)
+
+
+def _tensors(model: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The model's parameters and buffers, in named_parameters / named_buffers order."""
+    return [p.detach() for p in model.parameters()], list(model.buffers())
