@@ -178,6 +178,12 @@ class RunConfig:
     public_batch: int = _opt(32, "public batch B", section="fedmuscle")
     rep_dim: int = _opt(256, "representation width d", section="fedmuscle")
     loss: str = _opt("muscle", "alignment loss", _owned("p2pfl.losses.align", "ALIGN_LOSSES"), section="fedmuscle")
+    align_tau: float | None = _opt(None, "temperature of the alignment loss (default: each loss's reference value, "
+                                   "muscle and pairwise 0.2, gram 0.07); one value for all losses matches them",
+                                   section="fedmuscle")
+    muscle_tau_prev: float | None = _opt(None, "Muscle's tau^(N-1) (default 0.75 x the temperature: 0.15 at 0.2); "
+                                         "equal to the temperature gives gamma = 0, the pairwise loss",
+                                         section="fedmuscle")
     peers_spec: str | None = _opt(None, "YAML file giving each peer its model, task and dataset", section="fedmuscle")
     lora_rank: int = _opt(16, "LoRA rank for Hugging Face models (0: full fine-tuning)", section="fedmuscle")
     #: Not an option: the options that took the method's default because the user did not set them.
@@ -415,6 +421,13 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.contrastive_steps >= 0, "contrastive_steps", f"must be >= 0, got {cfg.contrastive_steps}")
     _check(cfg.public_batch >= 2, "public_batch", f"must be >= 2, got {cfg.public_batch}")
     _check(cfg.rep_dim >= 1, "rep_dim", f"must be >= 1, got {cfg.rep_dim}")
+    _check(cfg.align_tau is None or cfg.align_tau > 0, "align_tau", f"must be > 0, got {cfg.align_tau}")
+    if cfg.muscle_tau_prev is not None:
+        from p2pfl.losses.align import align_temperatures
+        tau = align_temperatures("muscle", cfg.align_tau, None)["tau"]
+        _check(0 < cfg.muscle_tau_prev <= tau, "muscle_tau_prev",
+               f"must lie in (0, {tau:g}] (the loss's temperature; gamma = 1/tau_prev - 1/tau >= 0), "
+               f"got {cfg.muscle_tau_prev}")
     _check(cfg.lora_rank >= 0, "lora_rank", f"must be >= 0, got {cfg.lora_rank}")
     if cfg.peers_spec is not None:
         _check(os.path.isfile(cfg.peers_spec), "peers_spec", f"file not found: {cfg.peers_spec}")

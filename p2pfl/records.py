@@ -342,6 +342,7 @@ class Alignment(TypedDict):
     tau_prev: float
     gram_tau: float
     gram_label_smoothing: float
+    matched: bool  # --align-tau given: every loss at that one temperature
 
 
 class NetworkManifest(TypedDict):

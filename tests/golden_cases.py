@@ -26,7 +26,8 @@ BASE: dict[str, Any] = {
     "batch_peers": "off", "fedbn": "off", "weight_by_data": False, "temperature": 0.5, "proj_dim": 32,
     "probe_epochs": 3, "eval_peers": None,
     "knn_k": 20, "mu": 0.0, "prev_models": 1, "muscle_m": 3, "contrastive_steps": 1, "public_size": 200,
-    "public_batch": 16, "rep_dim": 32, "loss": "muscle", "peers_spec": None, "lora_rank": 16,
+    "public_batch": 16, "rep_dim": 32, "loss": "muscle", "align_tau": None, "muscle_tau_prev": None,
+    "peers_spec": None, "lora_rank": 16,
 }
 SGD = {"optimizer": "sgd", "lr": 0.02, "momentum": 0.9, "weight_decay": 1e-5}
 

@@ -45,8 +45,7 @@ from p2pfl.data import PeerData, normalize, supervised_augment
 from p2pfl.data.multitask import MultiTaskWorkload, PeerTask, load_multitask_workload
 from p2pfl.evaluation import features, multilabel_scores
 from p2pfl.gossip import finite
-from p2pfl.losses import GRAM_DEFAULT_TAU, MUSCLE_TAU, MUSCLE_TAU_PREV
-from p2pfl.losses.align import GRAM_LABEL_SMOOTHING, align_loss
+from p2pfl.losses.align import GRAM_LABEL_SMOOTHING, align_loss, align_temperatures, anchor_gradient_cosine
 from p2pfl.models import RepresentationNet, SupervisedNet, build_encoder, count_parameters, init_model
 from p2pfl.network import RoundNetwork
 from p2pfl.peerspec import PeersSpec, uniform_spec
@@ -171,8 +170,9 @@ class FedMuscle(LocalTrainer):
         self.ctx.record_manifest(
             **self.work.manifest, models=[merged[g] for g in sorted(merged)],
             alignment={"loss": cfg.loss, "muscle_m": cfg.muscle_m, "contrastive_steps": cfg.contrastive_steps,
-                       "tau": MUSCLE_TAU, "tau_prev": MUSCLE_TAU_PREV,
-                       "gram_tau": GRAM_DEFAULT_TAU, "gram_label_smoothing": GRAM_LABEL_SMOOTHING})
+                       **align_temperatures("muscle", cfg.align_tau, cfg.muscle_tau_prev),
+                       "gram_tau": align_temperatures("gram", cfg.align_tau)["tau"],
+                       "gram_label_smoothing": GRAM_LABEL_SMOOTHING, "matched": cfg.align_tau is not None})
 
     # ------------------------------------------------------------------ local training
     def batch_loss(self, peer: MusclePeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -196,7 +196,8 @@ class FedMuscle(LocalTrainer):
         assert self.work is not None
         local = [peer for p, peer in self.peers.items() if p in net.active]
         opts = {peer.id: self.for_round(peer.rep_optimizer, round) for peer in local}
-        aligned: dict[int, dict[str, float]] = {}
+        used: dict[int, list[int]] = {}  # per peer, the M of each step
+        cosines: dict[int, list[float]] = {}  # per peer, cos(∇ loss, ∇ pairwise) at the anchor, each step
         for step in range(cfg.contrastive_steps):
             idx_np = public_batch_indices(cfg.seed, round, step, self.work.n_public, cfg.public_batch)
             idx = torch.as_tensor(idx_np, device=self.ctx.device)
@@ -215,13 +216,21 @@ class FedMuscle(LocalTrainer):
                 if not chosen:
                     continue
                 others = torch.stack([inbox[p][q].to(reps[p].device) for q in chosen])
-                loss = align_loss(cfg.loss, reps[p], others)
+                used.setdefault(p, []).append(len(chosen))
+                if cfg.loss != "pairwise":
+                    cosines.setdefault(p, []).append(anchor_gradient_cosine(
+                        reps[p], others, cfg.loss, "pairwise", cfg.align_tau, cfg.muscle_tau_prev))
+                loss = align_loss(cfg.loss, reps[p], others, cfg.align_tau, cfg.muscle_tau_prev)
                 opts[p].zero_grad(set_to_none=True)
                 loss.backward()
                 opts[p].step()
                 peer.last_align = float(loss.detach())
-                aligned[p] = {"muscle_loss": peer.last_align}
             del reps, payloads, inbox
+        aligned: dict[int, dict[str, float]] = {}
+        for p, ms in used.items():
+            aligned[p] = {"muscle_loss": self.peers[p].last_align, "muscle_m": sum(ms) / len(ms)}
+            if p in cosines:
+                aligned[p]["grad_cos_pairwise"] = sum(cosines[p]) / len(cosines[p])
         return aligned
 
     # ------------------------------------------------------------------ evaluation

@@ -27,8 +27,38 @@ ALIGN_LOSSES: dict[str, AlignLoss] = {
 }
 
 
-def align_loss(kind: str, anchor: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
-    """The alignment loss ``kind`` of the anchor (B, d) against the others (M, B, d), constants."""
+#: Each loss's temperature in its reference code, and Muscle's tau_prev as a fraction of its tau (0.15 / 0.2).
+REFERENCE_TAU = {"muscle": MUSCLE_TAU, "pairwise": MUSCLE_TAU, "gram": GRAM_DEFAULT_TAU}
+TAU_PREV_RATIO = MUSCLE_TAU_PREV / MUSCLE_TAU
+
+
+def align_temperatures(kind: str, tau: float | None = None, tau_prev: float | None = None) -> dict[str, float]:
+    """The temperatures loss `kind` runs at: `tau` (its reference value when None) and, for muscle, `tau_prev`
+    (when None: the reference 0.15 at the reference tau, else TAU_PREV_RATIO x tau)."""
     if kind not in ALIGN_LOSSES:
         raise ValueError(f"--loss: unknown value {kind!r}; allowed: {', '.join(ALIGN_LOSSES)}")
-    return ALIGN_LOSSES[kind](anchor, others)
+    out = {"tau": REFERENCE_TAU[kind] if tau is None else float(tau)}
+    if kind == "muscle":
+        scaled = MUSCLE_TAU_PREV if tau is None else out["tau"] * TAU_PREV_RATIO
+        out["tau_prev"] = scaled if tau_prev is None else float(tau_prev)
+    return out
+
+
+def align_loss(kind: str, anchor: torch.Tensor, others: torch.Tensor, tau: float | None = None,
+               tau_prev: float | None = None) -> torch.Tensor:
+    """The alignment loss ``kind`` of the anchor (B, d) against the others (M, B, d), constants, at the
+    temperatures `align_temperatures` resolves."""
+    return ALIGN_LOSSES[kind](anchor, others, **align_temperatures(kind, tau, tau_prev))
+
+
+def anchor_gradient_cosine(anchor: torch.Tensor, others: torch.Tensor, kind: str, reference: str = "pairwise",
+                           tau: float | None = None, tau_prev: float | None = None) -> float:
+    """cos(∇_anchor L_kind, ∇_anchor L_reference) at the same anchor and others (a detached copy of the
+    anchor; the peer's graph is untouched): how far loss `kind` steers the anchor away from `reference`."""
+    grads = []
+    for name in (kind, reference):
+        a = anchor.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            (g,) = torch.autograd.grad(align_loss(name, a, others.detach(), tau, tau_prev), a)
+        grads.append(g.flatten())
+    return float(torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0))
