@@ -17,6 +17,7 @@ A peers-spec file (``--peers-spec FILE``) is YAML::
         dataset: cifar10      # default: the task's own dataset (cifar10 for cifar10/-coarse/mosaic)
         dataset_options: {}   # synthetic only (num_train, num_test, channels, image_size, seed, noise)
         labels: [0, 1, 2]     # optional label set: keep only these classes of the dataset
+        init: encoder.pt      # optional: a pretrained encoder (python -m p2pfl.pretrain) for a built-in model
 
 Tasks: a dataset name (``cifar10``, ``fashion-mnist``, ``cifar100``, ``synthetic``) or ``classify`` is
 single-label classification of the group's dataset (over ``labels`` when given, re-indexed 0..L-1);
@@ -55,7 +56,8 @@ COARSE_DATASETS = ("cifar10", "synthetic")
 NUM_CLASSES = {"cifar10": 10, "fashion-mnist": 10, "cifar100": 100}
 SYNTHETIC_OPTIONS = ("num_train", "num_test", "num_classes", "channels", "image_size", "seed", "noise")
 
-_GROUP_KEYS = ("peers", "count", "model", "model_options", "task", "dataset", "dataset_options", "labels", "name")
+_GROUP_KEYS = ("peers", "count", "model", "model_options", "task", "dataset", "dataset_options", "labels", "name",
+               "init")
 _TOP_KEYS = ("peers", "public", "test_subset", "groups")
 _PUBLIC_KEYS = ("dataset", "size", "options")
 
@@ -76,6 +78,7 @@ class PeerEntry:
     model_options: dict = field(default_factory=dict, hash=False, compare=True)
     dataset_options: dict = field(default_factory=dict, hash=False, compare=True)
     labels: tuple[int, ...] | None = None
+    init: str | None = None  # a pretrained encoder (python -m p2pfl.pretrain) every peer of the group starts from
 
     @property
     def dataset_key(self) -> str:
@@ -131,7 +134,7 @@ class PeersSpec:
         task_group = {e.peer: g for g, members in enumerate(self.task_groups()) for e in members}
         return [{"peer": e.peer, "model": e.model, "task": e.task, "dataset": e.dataset_key, "group": e.group,
                  "task_group": task_group[e.peer], "labels": list(e.labels) if e.labels is not None else None,
-                 "metric": e.metric} for e in self.peers]
+                 "metric": e.metric, **({"init": e.init} if e.init else {})} for e in self.peers]
 
 
 def dataset_key(name: str, options: dict | None) -> str:
@@ -261,7 +264,23 @@ def _group(group: Any, next_peer: int, source: str, where: str, default_dataset:
     labels = _labels(group.get("labels"), task, dataset, n_classes, source, where)
     model_options = _mapping(group.get("model_options"), source, where, "model_options")
     return ids, dict(model=model, task=task, dataset=dataset, model_options=model_options,
-                     dataset_options=dataset_options, labels=labels)
+                     dataset_options=dataset_options, labels=labels,
+                     init=_init(group.get("init"), model, source, where))
+
+
+def _init(init: Any, model: str, source: str, where: str) -> str | None:
+    """A group's `init:` checkpoint: an existing file, as given or relative to the spec's folder."""
+    if init is None:
+        return None
+    if not isinstance(init, str) or not init:
+        raise _fail(source, where, f"init must be a file path, got {init!r}")
+    if model.startswith("hf:"):
+        raise _fail(source, where, "init is for built-in models; an hf: model loads its own folder "
+                                   "(python -m p2pfl.pretrain --model hf-vit writes one)")
+    for candidate in (init, os.path.join(os.path.dirname(source), init)):
+        if os.path.isfile(candidate):
+            return candidate
+    raise _fail(source, where, f"init: file not found: {init}")
 
 
 def _peer_count(data: dict, entries: dict[int, PeerEntry], n_peers: int | None, source: str) -> int:

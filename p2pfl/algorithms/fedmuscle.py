@@ -49,6 +49,7 @@ from p2pfl.losses.align import GRAM_LABEL_SMOOTHING, align_loss, align_temperatu
 from p2pfl.models import RepresentationNet, SupervisedNet, build_encoder, count_parameters, init_model
 from p2pfl.network import RoundNetwork
 from p2pfl.peerspec import PeersSpec, uniform_spec
+from p2pfl.pretrain import load_into
 from p2pfl.records import Summary
 from p2pfl.rounds import RunContext
 from p2pfl.runtime.progress import format_bytes
@@ -132,7 +133,8 @@ class FedMuscle(LocalTrainer):
 
     def build_model(self, peer: int) -> RepresentationNet:
         """Encoder + task head initialised as a SupervisedNet from (seed, SHARED, "init"), so a one-group run
-        starts exactly where the supervised methods start; the projection from "init/projection"."""
+        starts exactly where the supervised methods start; the projection from "init/projection". A group's
+        `init:` checkpoint (python -m p2pfl.pretrain) then replaces the encoder's weights."""
         assert self.work is not None
         task = self.work.tasks[peer]
         opts = dict(task.entry.model_options)
@@ -141,6 +143,8 @@ class FedMuscle(LocalTrainer):
         encoder = build_encoder(task.entry.model, task.channels, task.image_size, **opts)
         sup = SupervisedNet(encoder, task.outputs)
         init_model(sup, torch_generator(self.cfg.seed, SHARED, "init"))
+        if task.entry.init is not None:
+            load_into(encoder, task.entry.init, task.entry.model, task.channels, task.image_size)
         net = RepresentationNet(encoder, self.cfg.rep_dim, sup.classifier)
         init_model(net.projection, torch_generator(self.cfg.seed, SHARED, "init/projection"))
         return net.to(self.ctx.device)

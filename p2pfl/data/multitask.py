@@ -81,6 +81,27 @@ class _Datasets:
         return self.cache[key]
 
 
+def _dataset_pool(spec: PeersSpec, key: str, n: int, private_idx: np.ndarray, cfg: Any) -> np.ndarray:
+    """The training indices the task groups reading dataset `key` (n training images) share: its private images
+    (all, when it is not the public dataset), capped by --train-subset."""
+    pool = private_idx if key == spec.public_key else np.arange(n, dtype=np.int64)
+    if cfg.train_subset is not None:
+        pool = random_subset(pool, cfg.train_subset, cfg.seed, f"train-subset/{key}")
+    return pool
+
+
+def used_training_indices(spec: PeersSpec, cfg: Any, dataset: str, n: int) -> np.ndarray:
+    """Every training index of `dataset` (without options; n images) that a run of `spec` and `cfg` may read:
+    its public set and the pool its peers' shards are cut from (python -m p2pfl.pretrain --held-out-of)."""
+    key = dataset_key(dataset, {})
+    private_idx, public_idx = split_public(n, spec.public_size, cfg.seed) if key == spec.public_key else (
+        np.arange(n, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    used = [public_idx]
+    if any(e.dataset_key == key for e in spec.peers):
+        used.append(_dataset_pool(spec, key, n, private_idx, cfg))
+    return np.unique(np.concatenate(used))
+
+
 def _group_pools(spec: PeersSpec, groups: list[list[PeerEntry]], private_idx: np.ndarray, datasets: _Datasets,
                  cfg: Any) -> dict[int, np.ndarray]:
     """Each task group's pool of training indices: the private images of its dataset, capped by
@@ -92,9 +113,7 @@ def _group_pools(spec: PeersSpec, groups: list[list[PeerEntry]], private_idx: np
     for key, gs in by_key.items():
         first = groups[gs[0]][0]
         n = int(datasets.get(first.dataset, first.dataset_options).x_train.shape[0])
-        pool = private_idx if key == spec.public_key else np.arange(n, dtype=np.int64)
-        if cfg.train_subset is not None:
-            pool = random_subset(pool, cfg.train_subset, cfg.seed, f"train-subset/{key}")
+        pool = _dataset_pool(spec, key, n, private_idx, cfg)
         if len(gs) == 1:
             pools[gs[0]] = pool
             continue
