@@ -94,7 +94,7 @@ def runs_table(runs: Sequence[Run]) -> str:
 
 
 # ----- Δ% against local training ---------------------------------------------------------------------------------
-def _peer_task_metrics(run: Run) -> dict[str, tuple[float, str]]:
+def peer_task_metrics(run: Run) -> dict[str, tuple[float, str]]:
     """peer → (task metric value, metric name) from the last per-peer evaluation (FedMuscle's peers)."""
     per_peer = run.final_per_peer() or {}
     return {peer: (float(m[TASK_METRIC]), str(m[TASK_METRIC_NAME])) for peer, m in per_peer.items()
@@ -115,8 +115,8 @@ def same_peers(a: Run, b: Run) -> bool:
 def delta_table(run: Run, local: Run) -> tuple[str, Delta] | None:
     """Per-peer table (peer, model, task, local, method, Δ%) and the Δ of ``run`` against ``local``, or None
     when they share no peer with a task metric."""
-    method_m = _peer_task_metrics(run)
-    local_m = _peer_task_metrics(local)
+    method_m = peer_task_metrics(run)
+    local_m = peer_task_metrics(local)
     peers = [p for p in method_m if p in local_m]
     if not peers:
         return None

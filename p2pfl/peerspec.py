@@ -223,7 +223,7 @@ def _labels(labels: Any, task: str, dataset: str, n_classes: int, source: str, w
     return tuple(int(c) for c in labels)
 
 
-def _group(group: Any, next_peer: int, source: str, where: str, default_dataset: str
+def _group(group: Any, next_peer: int, source: str, where: str, default_dataset: str, check_init: bool = True
            ) -> tuple[list[int], dict[str, Any]]:
     """One group of the spec, checked: its peer ids and the fields of their entries."""
     if not isinstance(group, dict):
@@ -265,11 +265,12 @@ def _group(group: Any, next_peer: int, source: str, where: str, default_dataset:
     model_options = _mapping(group.get("model_options"), source, where, "model_options")
     return ids, dict(model=model, task=task, dataset=dataset, model_options=model_options,
                      dataset_options=dataset_options, labels=labels,
-                     init=_init(group.get("init"), model, source, where))
+                     init=_init(group.get("init"), model, source, where, check_init))
 
 
-def _init(init: Any, model: str, source: str, where: str) -> str | None:
-    """A group's `init:` checkpoint: an existing file, as given or relative to the spec's folder."""
+def _init(init: Any, model: str, source: str, where: str, check: bool = True) -> str | None:
+    """A group's `init:` checkpoint: an existing file, as given or relative to the spec's folder (any path
+    when not `check`ed)."""
     if init is None:
         return None
     if not isinstance(init, str) or not init:
@@ -280,6 +281,8 @@ def _init(init: Any, model: str, source: str, where: str) -> str | None:
     for candidate in (init, os.path.join(os.path.dirname(source), init)):
         if os.path.isfile(candidate):
             return candidate
+    if not check:
+        return init
     raise _fail(source, where, f"init: file not found: {init}")
 
 
@@ -323,9 +326,11 @@ def _public(data: dict, entries: dict[int, PeerEntry], public_size: int | float,
 
 
 def parse_peers_spec(data: Any, source: str = "<spec>", *, default_dataset: str = "cifar10",
-                     public_size: int | float = 5000, n_peers: int | None = None) -> PeersSpec:
+                     public_size: int | float = 5000, n_peers: int | None = None, check_init: bool = True
+                     ) -> PeersSpec:
     """Check and expand a loaded peers spec. ``default_dataset`` serves tasks without a dataset of their
-    own (``classify``); ``public_size`` is the default public size; ``n_peers`` (--peers) must agree."""
+    own (``classify``); ``public_size`` is the default public size; ``n_peers`` (--peers) must agree;
+    ``check_init=False`` accepts `init:` files not made yet (pretraining reads the spec before writing them)."""
     if isinstance(data, list):
         data = {"groups": data}
     if not isinstance(data, dict):
@@ -340,7 +345,7 @@ def parse_peers_spec(data: Any, source: str = "<spec>", *, default_dataset: str 
     next_peer = 0
     for g, group in enumerate(groups):
         where = f"group {g}"
-        ids, fields_ = _group(group, next_peer, source, where, default_dataset)
+        ids, fields_ = _group(group, next_peer, source, where, default_dataset, check_init)
         for p in ids:
             if p in entries:
                 raise _fail(source, where, f"peer {p} is already assigned by group {entries[p].group}")
@@ -368,10 +373,10 @@ def read_spec_file(path: str) -> Any:
 
 
 def load_peers_spec(path: str, *, default_dataset: str = "cifar10", public_size: int | float = 5000,
-                    n_peers: int | None = None) -> PeersSpec:
+                    n_peers: int | None = None, check_init: bool = True) -> PeersSpec:
     """Read and check a peers-spec file (see the module docstring)."""
     return parse_peers_spec(read_spec_file(path), path, default_dataset=default_dataset,
-                            public_size=public_size, n_peers=n_peers)
+                            public_size=public_size, n_peers=n_peers, check_init=check_init)
 
 
 def uniform_spec(n_peers: int, model: str, dataset: str, public_size: int | float,

@@ -51,17 +51,20 @@ class PretrainError(ValueError):
 
 # ------------------------------------------------------------------------------------------------ data
 
-def held_out_indices(n: int, run_config: str, dataset: str) -> np.ndarray:
+def held_out_indices(n: int, run_config: str, dataset: str, seed: int | None = None) -> np.ndarray:
     """The training indices of `dataset` that the run of `run_config` (a YAML run configuration with a peers
-    spec) never reads: not its public set, not any peer's training images."""
+    spec; with `seed` instead of its own) never reads: not its public set, not any peer's training images."""
     from p2pfl.config import load_yaml, make_config
     from p2pfl.data.multitask import used_training_indices
     from p2pfl.peerspec import load_peers_spec
 
-    cfg = make_config(**load_yaml(run_config))
-    if cfg.peers_spec is None:
+    values = load_yaml(run_config)
+    spec_path = values.get("peers_spec")
+    if spec_path is None:
         raise PretrainError(f"--held-out-of {run_config}: the run has no peers_spec")
-    spec = load_peers_spec(cfg.peers_spec, default_dataset=cfg.dataset, public_size=cfg.public_size)
+    # without the spec: make_config would check its init: files, which pretraining is about to write
+    cfg = make_config(**{**values, "peers_spec": None, **({} if seed is None else {"seed": seed})})
+    spec = load_peers_spec(str(spec_path), default_dataset=cfg.dataset, public_size=cfg.public_size, check_init=False)
     used = used_training_indices(spec, cfg, dataset, n)
     return np.setdiff1d(np.arange(n, dtype=np.int64), used)
 
@@ -71,8 +74,10 @@ def training_images(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tenso
     ds = load_dataset(args.dataset, args.data_dir)
     n = int(ds.x_train.shape[0])
     idx = np.arange(n, dtype=np.int64)
-    if args.held_out_of is not None:
-        idx = held_out_indices(n, args.held_out_of, ds.name)
+    seeds = [None] if args.held_out_seeds is None else [int(s) for s in args.held_out_seeds.split(",")]
+    for run_config in args.held_out_of or []:  # several runs, several seeds: what none of them reads
+        for seed in seeds:
+            idx = np.intersect1d(idx, held_out_indices(n, run_config, ds.name, seed))
     if args.train_subset is not None:
         idx = random_subset(idx, args.train_subset, args.seed, "pretrain-subset")
     if idx.size < args.batch_size:
@@ -227,8 +232,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.2, help="NT-Xent temperature (simclr)")
     p.add_argument("--proj-dim", type=int, default=128, help="projection width (simclr; not saved)")
     p.add_argument("--train-subset", type=int, default=None, help="train on N images (a seeded subset)")
-    p.add_argument("--held-out-of", default=None, metavar="RUN_CONFIG",
-                   help="only images the run of this YAML configuration never reads")
+    p.add_argument("--held-out-of", action="append", default=None, metavar="RUN_CONFIG",
+                   help="only images the run of this YAML configuration never reads (repeat it for several runs)")
+    p.add_argument("--held-out-seeds", default=None, metavar="S,S,...",
+                   help="--held-out-of the runs with each of these seeds (a study's seeds) instead of their own")
     p.add_argument("--channels", type=int, default=None, help="input channels (default: the dataset's)")
     p.add_argument("--image-size", type=int, default=None, help="input size (default: the dataset's)")
     p.add_argument("--seed", type=int, default=0)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
 
 from p2pfl.peerspec import PeerSpecError, load_peers_spec
-from p2pfl.pretrain import build_hf_model, held_out_indices, main
+from p2pfl.pretrain import build_hf_model, held_out_indices, main, parse, training_images
 
 from conftest import run_job
 from helpers_inproc import setup_algorithm
@@ -127,6 +128,13 @@ def test_held_out_images_are_none_the_run_reads(tmp_path: Path) -> None:
     seen = {digest(img) for img in ds.x_train[torch.as_tensor(held)]}
     assert used and seen and not used & seen
     assert held.size + 150 + 600 == n  # all but the public set and the 600 the peers' pool draws from
+    # --held-out-seeds: the images none of the runs with those seeds reads
+    other = held_out_indices(n, str(run), "synthetic", seed=5)
+    assert not np.array_equal(other, held)
+    x, _, _ = training_images(parse(["--model", "simple-cnn", "--dataset", "synthetic", "--held-out-of", str(run),
+                                     "--held-out-seeds", "4,5", "--out", str(tmp_path / "z")]))
+    both = np.intersect1d(held, other)
+    assert both.size < held.size and torch.equal(x, ds.x_train[torch.as_tensor(both)])
 
 
 def test_cli_refuses_bad_input_with_one_line(tmp_path: Path) -> None:
