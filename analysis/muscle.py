@@ -148,7 +148,7 @@ def bytes_section(study: Study, method_axis: str, others: list[str]) -> str:
     for p in study.points:
         comm = ((p.run.summary or {}).get("communication") if p.state == DONE and p.run else None) or {}
         key = (p.axes.get(method_axis, ""), tuple(p.axes.get(a, "") for a in others))
-        if not comm or key in seen:
+        if not comm or not comm.get("bytes_sent_per_peer_round") or key in seen:  # local training sends nothing
             continue
         seen.add(key)
         rows.append([key[0], *key[1], f"{comm['bytes_sent_per_peer_round'] / 1024:.1f} KiB",
