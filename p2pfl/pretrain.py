@@ -90,9 +90,21 @@ def training_images(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tenso
 
 # ------------------------------------------------------------------------------------------------ models
 
+def _split_top(text: str) -> list[str]:
+    """`text` cut at the commas outside brackets ("a=1,b=[2,3]" -> ["a=1", "b=[2,3]"])."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch in "[{") - (ch in "]}")
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
+
+
 def _hf_options(text: str | None) -> dict[str, Any]:
+    """--hf-options KEY=VALUE,...: JSON values (numbers, lists, true/false), other text as strings."""
     out: dict[str, Any] = {}
-    for item in (text or "").split(","):
+    for item in _split_top(text or ""):
         if not item.strip():
             continue
         if "=" not in item:

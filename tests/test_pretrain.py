@@ -85,13 +85,20 @@ def test_bad_init_is_one_line(tmp_path: Path, capsys) -> None:
     assert "not written by python -m p2pfl.pretrain" in err
 
 
-def test_a_pretrained_hf_folder_runs_with_lora_and_only_adapters_projection_and_heads_move(tmp_path: Path) -> None:
-    folder = _pretrain(tmp_path, "vit", "--model", "hf-vit", "--hf-options", TINY_HF)
+HF_OPTIONS = {"hf-vit": TINY_HF, "hf-resnet": "embedding_size=8,hidden_sizes=[8,16],depths=[1,1]"}
+
+
+@pytest.mark.parametrize("family", ["hf-vit", "hf-resnet"])
+def test_a_pretrained_hf_folder_runs_with_lora_and_only_adapters_projection_and_heads_move(tmp_path: Path,
+                                                                                          family: str) -> None:
+    """Two Hugging Face families (a ViT; a ResNet, whose LoRA adapters sit on its convolutions)."""
+    folder = _pretrain(tmp_path, family, "--model", family, "--hf-options", HF_OPTIONS[family])
     assert (folder / "config.json").is_file() and (folder / "pretrain.json").is_file()
     from transformers import AutoModel
+
+    from p2pfl.pretrain import _hf_options
     trained = AutoModel.from_pretrained(folder, local_files_only=True).state_dict()
-    untrained = build_hf_model("hf-vit", 3, 32, {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-                                                  "intermediate_size": 64, "patch_size": 8}, 0).state_dict()
+    untrained = build_hf_model(family, 3, 32, _hf_options(HF_OPTIONS[family]), 0).state_dict()
     assert any(not torch.equal(trained[k], untrained[k]) for k in trained)  # pretraining moved the weights
     algo = _algo(tmp_path, _spec(tmp_path, {"model": "hf:" + str(folder), "model_options": {"lora_rank": 4}}), "lora",
                  contrastive_steps=1, muscle_m=1)

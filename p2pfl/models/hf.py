@@ -22,7 +22,8 @@ _DEFAULT_TARGETS: tuple[tuple[str, ...], ...] = (("query", "value"), ("q_proj", 
 
 
 def default_lora_targets(model: nn.Module) -> list[str]:
-    """The attention query/value projections of ``model``, by the naming conventions transformers uses.
+    """The attention query/value projections of ``model``, by the naming conventions transformers uses; for a
+    model without attention (a convolutional backbone such as transformers' ResNet), its convolutions.
 
     Raises ``ModelConfigError`` when none is found (pass ``target_modules`` explicitly then).
     """
@@ -30,9 +31,12 @@ def default_lora_targets(model: nn.Module) -> list[str]:
     for cand in _DEFAULT_TARGETS:
         if set(cand) <= leaf_names:
             return list(cand)
+    convolutions = sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Conv2d)})
+    if convolutions:
+        return convolutions
     raise ModelConfigError(
-        "hf encoder: no default LoRA target modules (query/value, q_proj/v_proj, qkv) in this model; "
-        "pass target_modules=[...]"
+        "hf encoder: no default LoRA target modules (query/value, q_proj/v_proj, qkv, or convolutions) in this "
+        "model; pass target_modules=[...]"
     )
 
 
