@@ -36,7 +36,7 @@ from p2pfl.data.augment import SimCLRAugment, dataset_stats, simclr_crop_scale
 from p2pfl.data.partition import random_subset
 from p2pfl.losses import nt_xent
 from p2pfl.models import SimCLRNet, SupervisedNet, build_encoder
-from p2pfl.models.params import init_model
+from p2pfl.models.params import init_model, state_copy
 from p2pfl.seeding import SHARED, torch_generator
 
 #: The file format of a built-in encoder's checkpoint.
@@ -201,7 +201,7 @@ def write_checkpoint(encoder: nn.Module, path: Path, about: dict[str, Any]) -> N
     """The encoder's state dict and `about`, replaced atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save({**about, "encoder": {k: v.detach().clone() for k, v in encoder.state_dict().items()}}, tmp)
+    torch.save({**about, "encoder": state_copy(encoder)}, tmp)
     os.replace(tmp, path)
 
 

@@ -30,6 +30,7 @@ from p2pfl.algorithms.gossip_learner import GossipPeer
 from p2pfl.algorithms.peer import Peer
 from p2pfl.losses.siamese import byol_loss, output_std
 from p2pfl.models import build_encoder
+from p2pfl.models.params import state_copy
 from p2pfl.models.siamese import BYOLNet, follow_
 
 
@@ -86,17 +87,13 @@ class DecBYOL(DecSSL):
     def local_update(self, peer_id: int, round: int) -> dict[str, float]:
         """The local round; when it is rolled back as non-finite, the target and step count are too."""
         peer = self.peers[peer_id]
-        target, steps = self.snapshot_target(peer), peer.steps_done
+        target, steps = state_copy(peer.target), peer.steps_done
         rolled = len(self.rolled_back)
         metrics = super().local_update(peer_id, round)
         if peer_id in self.rolled_back[rolled:]:
             peer.target.load_state_dict(target)
             peer.steps_done = steps
         return metrics
-
-    @staticmethod
-    def snapshot_target(peer: BYOLPeer) -> dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in peer.target.state_dict().items()}
 
     # ------------------------------------------------------------------ the loss
     def criterion(self, out: tuple[torch.Tensor, torch.Tensor], y: torch.Tensor, refs: list

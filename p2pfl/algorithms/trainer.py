@@ -23,6 +23,7 @@ from torch import nn
 from p2pfl import optim
 from p2pfl.algorithms.peer import Peer
 from p2pfl.data import PeerData
+from p2pfl.models.params import state_copy
 from p2pfl.rounds import Algorithm, RunContext
 from p2pfl.seeding import torch_generator
 
@@ -214,7 +215,7 @@ class LocalTrainer(Algorithm):
     @staticmethod
     def snapshot(peer: Peer) -> dict[str, torch.Tensor]:
         """A copy of the peer's model state to roll back to."""
-        return {k: v.detach().clone() for k, v in peer.model.state_dict().items()}
+        return state_copy(peer.model)
 
     def guard(self, peer: Peer, round: int, metrics: dict[str, float],
               before: dict[str, torch.Tensor] | Callable[[], None], finite: bool | None = None) -> dict[str, float]:

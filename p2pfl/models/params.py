@@ -189,6 +189,11 @@ def init_model(model: nn.Module, generator: torch.Generator) -> nn.Module:
     return model
 
 
+def state_copy(module: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of every tensor of the module's state dict (a point to roll back to, or to save)."""
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
     """Number of scalar parameters (shared tensors counted once); only requires_grad ones if asked."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
