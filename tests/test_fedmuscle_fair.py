@@ -68,6 +68,8 @@ def test_gradient_cosine_against_brute_force(m: int) -> None:
     expected = float(torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0))
     got = anchor_gradient_cosine(anchor, others, "muscle")
     assert got == pytest.approx(expected, abs=1e-9)
+    given = anchor_gradient_cosine(anchor, others, "muscle", grad=grads[0].view_as(anchor))  # the training's gradient
+    assert given == pytest.approx(expected, abs=1e-9)
     if m == 1:
         assert got == pytest.approx(1.0, abs=1e-9)  # one other: Muscle is InfoNCE
     assert anchor_gradient_cosine(anchor, others, "muscle", tau=0.2, tau_prev=0.2) == pytest.approx(1.0, abs=1e-9)

@@ -221,10 +221,11 @@ class FedMuscle(LocalTrainer):
                     continue
                 others = torch.stack([inbox[p][q].to(reps[p].device) for q in chosen])
                 used.setdefault(p, []).append(len(chosen))
-                if cfg.loss != "pairwise":
-                    cosines.setdefault(p, []).append(anchor_gradient_cosine(
-                        reps[p], others, cfg.loss, "pairwise", cfg.align_tau, cfg.muscle_tau_prev))
                 loss = align_loss(cfg.loss, reps[p], others, cfg.align_tau, cfg.muscle_tau_prev)
+                if cfg.loss != "pairwise":  # the loss's own anchor gradient from the training graph, not a re-run
+                    (anchor_grad,) = torch.autograd.grad(loss, reps[p], retain_graph=True)
+                    cosines.setdefault(p, []).append(anchor_gradient_cosine(
+                        reps[p], others, cfg.loss, "pairwise", cfg.align_tau, cfg.muscle_tau_prev, anchor_grad))
                 opts[p].zero_grad(set_to_none=True)
                 loss.backward()
                 opts[p].step()

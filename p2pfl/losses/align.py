@@ -52,11 +52,16 @@ def align_loss(kind: str, anchor: torch.Tensor, others: torch.Tensor, tau: float
 
 
 def anchor_gradient_cosine(anchor: torch.Tensor, others: torch.Tensor, kind: str, reference: str = "pairwise",
-                           tau: float | None = None, tau_prev: float | None = None) -> float:
-    """cos(∇_anchor L_kind, ∇_anchor L_reference) at the same anchor and others (a detached copy of the
-    anchor; the peer's graph is untouched): how far loss `kind` steers the anchor away from `reference`."""
+                           tau: float | None = None, tau_prev: float | None = None,
+                           grad: torch.Tensor | None = None) -> float:
+    """cos(∇_anchor L_kind, ∇_anchor L_reference) at the same anchor and others (on a detached copy of the
+    anchor; the peer's graph is untouched): how far loss `kind` steers the anchor away from `reference`.
+    `grad`: ∇_anchor L_kind when the caller already has it (training computes it anyway)."""
     grads = []
     for name in (kind, reference):
+        if name == kind and grad is not None:
+            grads.append(grad.detach().flatten())
+            continue
         a = anchor.detach().clone().requires_grad_(True)
         with torch.enable_grad():
             (g,) = torch.autograd.grad(align_loss(name, a, others.detach(), tau, tau_prev), a)
