@@ -109,7 +109,7 @@ def test_other_methods_keep_the_project_defaults() -> None:
 def test_dec_ssl_family_takes_the_main_jobs_budget_and_its_own_recipes() -> None:
     """The Dec-SSL objectives share the main job's data and budget; each brings its own optimiser where its
     paper has one; a value the user gives wins."""
-    budget = {"partition": "iid", "batch_size": 32, "rounds": 20}
+    budget = {"dataset": "cifar10", "partition": "iid", "batch_size": 32, "rounds": 10}
     for algorithm in ("dec-ssl", "dec-simsiam", "dec-byol", "dec-featarc"):
         cfg = make_config(algorithm=algorithm)
         assert {k: getattr(cfg, k) for k in budget} == budget and set(budget) <= set(cfg.from_method), algorithm
@@ -119,7 +119,9 @@ def test_dec_ssl_family_takes_the_main_jobs_budget_and_its_own_recipes() -> None
     assert "temperature" not in make_config(algorithm="dec-byol").from_method
     mae = make_config(algorithm="dec-mae")
     assert (mae.model, mae.optimizer, mae.weight_decay) == ("vit-tiny", "adamw", 0.05)
-    assert make_config(algorithm="dec-ssl", batch_size=128, partition="dirichlet").batch_size == 128
+    assert mae.dataset == "fashion-mnist"  # the family's budget is SimCLR-style; MAE keeps the global default
+    given = make_config(algorithm="dec-ssl", batch_size=128, partition="dirichlet", dataset="fashion-mnist")
+    assert (given.batch_size, given.partition, given.dataset) == (128, "dirichlet", "fashion-mnist")
 
 
 def test_explicit_values_win_on_the_command_line() -> None:
