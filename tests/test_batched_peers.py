@@ -182,6 +182,20 @@ def test_batched_run_is_bitwise_reproducible(tmp_path: Path) -> None:
             assert torch.equal(state_a[p][k], state_b[p][k]), (p, k)
 
 
+def test_one_gather_equals_peer_by_peer_batches(tmp_path: Path) -> None:
+    """The group's batches from the shard pool (one gather) and peer by peer give the same run bit for bit."""
+    def run(name: str, pooled: bool):
+        algo = setup_algorithm(tmp_path / name, algorithm="dec-ssl", batch_peers="on", stragglers=0.4, **SMALL)
+        assert algo.batched.pool is not None
+        if not pooled:
+            algo.batched.pool = None
+        records = [_round(algo, t) for t in (1, 2)]
+        return records, [torch.cat([w.flatten() for w in peer.model.state_dict().values()])
+                         for _, peer in sorted(algo.peers.items())]
+    (rec_a, state_a), (rec_b, state_b) = run("pool", True), run("loop", False)
+    assert rec_a == rec_b and all(torch.equal(a, b) for a, b in zip(state_a, state_b))
+
+
 @pytest.mark.parametrize("options", [{"optimizer": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4,
                                       "keep_optimizer": True},
                                      {"optimizer": "adamw", "weight_decay": 0.05, "keep_optimizer": True,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from p2pfl.data.datasets import CIFAR10_CLASSES, synthetic_dataset
-from p2pfl.data.loader import PeerData
+from p2pfl.data.loader import PeerData, ShardPool
 from p2pfl.data.partition import partition
 from p2pfl.data.tasks import (
     coarse_labels,
@@ -71,6 +71,31 @@ def test_the_cursor_resumes_mid_epoch_exactly(ds):
     b.load_state_dict(a.state_dict())
     for _ in range(7):  # past the epoch's end: the next permutation comes from the restored stream
         assert torch.equal(a.next_batch(32)[1], b.next_batch(32)[1])
+
+
+def test_shard_pool_gives_each_peer_its_own_batches(ds):
+    """One gather for several peers returns, peer after peer, exactly what each peer's next_batch would, through
+    epoch ends of unequal shards and for any prefix of the peers; the shards become views of the pool."""
+    cuts = [(0, 70), (70, 170), (170, 230), (230, 400)]  # 70, 100, 60, 170 images
+    make = lambda: [PeerData(ds.x_train[a:b], ds.y_train[a:b], peer=p, seed=3)  # noqa: E731
+                    for p, (a, b) in enumerate(cuts)]
+    alone, pooled = make(), make()
+    pool = ShardPool(pooled)
+    assert pool.holds(pooled) and not pool.holds(alone)
+    for d, (a, b) in zip(pooled, cuts):
+        assert torch.equal(d.x, ds.x_train[a:b]) and d.x.untyped_storage().data_ptr() == pool.x.data_ptr()
+    offsets = pool.offsets(pooled)
+    for step in range(12):
+        n = 4 - step % 3  # the peers still training are a prefix
+        x, y = pool.next_batches(pooled[:n], offsets, 16)
+        want = [d.next_batch(16) for d in alone[:n]]
+        assert torch.equal(x, torch.cat([w[0] for w in want])) and torch.equal(y, torch.stack([w[1] for w in want]))
+    for a, b in zip(alone, pooled):
+        assert a.pos == b.pos and torch.equal(a.order, b.order)
+        assert torch.equal(a.generator.get_state(), b.generator.get_state())
+    with pytest.raises(ValueError, match="differ"):
+        ShardPool([PeerData(ds.x_train[:10], ds.y_train[:10], peer=0, seed=0),
+                   PeerData(ds.x_train[:10, :1], ds.y_train[:10], peer=1, seed=0)])
 
 
 def test_coarse_labels():

@@ -6,6 +6,7 @@ of local steps, most first, so that the peers still training at any step are a p
 parameters and optimiser state are views, and a peer that has finished (fewer steps: a smaller shard, a
 straggler) is simply left out of the remaining steps. Every step each peer draws its own batch from its data
 stream and its own augmentation from its stream (as in the loop, so each peer sees exactly what it would alone);
+the images of all of them are one gather from the rank's shards held as one tensor (p2pfl.data.loader.ShardPool),
 the augmentation then runs once on all the images, the models run peer-stacked (p2pfl.models.stacked), the
 method's criterion runs per peer under torch.func.vmap, and one optimiser step updates every peer
 (p2pfl.stacked_optim: per-peer step counts, the same formulas as torch.optim).
@@ -24,6 +25,7 @@ from torch.func import functional_call, vmap
 from torch.utils._pytree import tree_map
 
 from p2pfl.algorithms.peer import Peer
+from p2pfl.data.loader import ShardPool
 from p2pfl.models.stacked import PeerStack, fold, peer_stacked, unfold, why_not_stackable
 from p2pfl.stacked_optim import StackedOptimizer
 
@@ -87,6 +89,11 @@ class BatchedPeers:
         first = trainer.peers[trainer.ctx.local_peers[0]]
         self.stacked = peer_stacked(first.model)
         self.chunk = chunk or (CPU_CHUNK if trainer.ctx.device.type == "cpu" else 1 << 30)
+        datas = [trainer.peers[p].data for p in trainer.ctx.local_peers]
+        try:  # a step's batches of a whole group as one gather
+            self.pool: ShardPool | None = ShardPool(datas)
+        except ValueError:
+            self.pool = None
 
     def groups(self, peers: list[int]) -> list[list[Peer]]:
         """The given peers as groups that train together (ordered by steps, most first), at most `chunk` each."""
@@ -126,13 +133,16 @@ class BatchedPeers:
         device = t.ctx.device
         totals = torch.zeros(len(group), dtype=torch.float64, device=device)
         terms: dict[str, torch.Tensor] = {}
+        datas = [peer.data for peer in group]
+        pool = self.pool if self.pool is not None and self.pool.holds(datas) else None
+        offsets = pool.offsets(datas) if pool is not None else None
         for s in range(max(steps)):
             n = sum(1 for k in steps if k > s)
             members = group[:n]
-            batches = [peer.data.next_batch(size) for peer in members]
-            xs = [x for x, _ in batches]
-            draws = _cat([t.draw(peer, x) for peer, x in zip(members, xs)])
-            inputs = t.apply(torch.cat(xs), draws)
+            x, y = self.next_batches(members, pool, offsets, size)
+            xs = x.view(n, size, *x.shape[1:]).unbind(0)
+            draws = _cat([t.draw(peer, xp) for peer, xp in zip(members, xs)])
+            inputs = t.apply(x, draws)
             views = inputs.shape[0] // (n * size)
             inputs = fold(inputs.view(views, n, size, *inputs.shape[1:]).transpose(0, 1)
                           .reshape(n, views * size, *inputs.shape[1:]))
@@ -146,7 +156,6 @@ class BatchedPeers:
                 with torch.no_grad():
                     ref_out = [per_peer(functional_call(self.stacked, r.prefix(n), (inputs,))) for r in refs]
                 self.stacked.train()
-            y = torch.stack([yb for _, yb in batches])
             loss, step_terms = vmap(t.criterion)(per_peer(out), y, ref_out)
             leaves = [params[k] for k in stack.trainable]
             if start is not None:
@@ -170,6 +179,16 @@ class BatchedPeers:
             m = {"loss": totals_[i] / steps[i], **{k: v[i] / steps[i] for k, v in terms_.items()}}
             metrics[peer.id] = t.guard(peer, round, m, partial(before.write_back, [peer.model], [i]), finite[i])
         return metrics
+
+    @staticmethod
+    def next_batches(members: list[Peer], pool: ShardPool | None, offsets: torch.Tensor | None, size: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The members' next batches: images [n·size, ...] peer after peer, targets [n, size]; one gather from
+        the pool when it holds their shards, else peer by peer (the same images either way)."""
+        if pool is not None:
+            return pool.next_batches([peer.data for peer in members], offsets, size)
+        batches = [peer.data.next_batch(size) for peer in members]
+        return torch.cat([x for x, _ in batches]), torch.stack([y for _, y in batches])
 
     def optimizer(self, group: list[Peer], stack: PeerStack, round: int) -> StackedOptimizer:
         """The group's optimiser for `round`: fresh (the loop resets each peer's every round) or, with
