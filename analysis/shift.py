@@ -1,6 +1,7 @@
 """How a metric changes along one axis of a study, against a reference label, paired by seed.
 
-    python -m analysis.shift STUDY_DIR [--axis data] [--reference iid] [--metric probe_acc_avg ...] [--out F.md]
+    python -m analysis.shift STUDY_DIR [--axis data] [--reference iid] [--metric probe_acc_avg ...]
+        [--contrast dec-ssl,dec-sl ...] [--out F.md]
 
 The question of Dec-SSL's claim ("the probe drops less as the data turn non-IID"): for every combination of the
 other axes (method, topology), the metric's mean and 95% CI over seeds at each label of `--axis`, and the drop
@@ -8,6 +9,11 @@ from the reference label to each other label. A drop is taken seed by seed (refe
 same seed at that label, seeds where both finished), so that what a seed shares across labels (its
 initialisation, its graph) cancels; its mean and 95% CI are over those paired differences. A CSV twin of the
 table is written next to the markdown.
+
+`--contrast A,B` answers the claim directly: B's drop minus A's drop, seed by seed (seeds where all four runs
+finished), so a positive value whose interval excludes 0 says that A drops less than B. A and B name rows by
+their labels on the other axes, joined by "/" in axis order (`dec-ssl/cycle` when the axes are algorithm and
+topology).
 """
 from __future__ import annotations
 
@@ -35,21 +41,62 @@ def _value(point: Point, metric: str) -> float | None:
     return point.final_metrics().get(metric)
 
 
-def shifts(study: Study, metric: str, axis: str, reference: str) -> tuple[list[str], list[ShiftRow]]:
-    """(labels of `axis` in plan order, one row per combination of the other non-seed axes)."""
+Cells = dict[tuple[str, ...], dict[str, dict[str, float]]]
+
+
+def _cells(study: Study, metric: str, axis: str, reference: str) -> tuple[list[str], list[str], Cells]:
+    """(labels of `axis`, the other non-seed axes, {row key: {label: {seed: value}}}) of the finished runs."""
     if axis not in study.axes:
         raise ValueError(f"the study has no axis {axis!r} (axes: {', '.join(study.axes)})")
     labels = list(dict.fromkeys(p.axes.get(axis, "") for p in study.points))
     if reference not in labels:
         raise ValueError(f"axis {axis!r} has no label {reference!r} (labels: {', '.join(labels)})")
     others = [a for a in study.axes if a not in (axis, SEED_AXIS)]
-    cells: dict[tuple[str, ...], dict[str, dict[str, float]]] = {}
+    cells: Cells = {}
     for point in study.points:
         key = tuple(point.axes.get(a, "") for a in others)
         by_label = cells.setdefault(key, {})
         value = _value(point, metric)
         if value is not None:
             by_label.setdefault(point.axes.get(axis, ""), {})[point.axes.get(SEED_AXIS, point.name)] = value
+    return labels, others, cells
+
+
+def contrast(study: Study, metric: str, axis: str, reference: str, a: str, b: str
+             ) -> dict[str, tuple[Interval | None, int]]:
+    """Per non-reference label: (B's drop minus A's drop, paired by seed; the number of seeds paired)."""
+    labels, _, cells = _cells(study, metric, axis, reference)
+    rows = {"/".join(key): by_label for key, by_label in cells.items()}
+    for name in (a, b):
+        if name not in rows:
+            raise ValueError(f"--contrast: no row {name!r} (rows: {', '.join(rows)})")
+    out = {}
+    for label in labels:
+        if label == reference:
+            continue
+        sides = [rows[name].get(lab, {}) for name in (a, b) for lab in (reference, label)]
+        seeds = sorted(set.intersection(*(set(side) for side in sides)))
+        a_ref, a_lab, b_ref, b_lab = sides
+        out[label] = (mean_ci([(b_ref[s] - b_lab[s]) - (a_ref[s] - a_lab[s]) for s in seeds]), len(seeds))
+    return out
+
+
+def contrast_table(study: Study, metric: str, axis: str, reference: str, pairs: list[tuple[str, str]]) -> str:
+    """Markdown of `contrast` for each (A, B)."""
+    labels = [label for label in _cells(study, metric, axis, reference)[0] if label != reference]
+    lines = ["| B's drop − A's drop | " + " | ".join(f"to {label}" for label in labels) + " |",
+             "|" + "---|" * (len(labels) + 1)]
+    for a, b in pairs:
+        result = contrast(study, metric, axis, reference, a, b)
+        lines.append(f"| A {a}, B {b} | " + " | ".join(f"{_fmt(result[label][0])} ({result[label][1]} seeds)"
+                                                       for label in labels) + " |")
+    return ("\n".join(lines) + "\n\nPaired by seed; positive: A drops less than B (an interval that excludes 0 "
+            "resolves it).\n")
+
+
+def shifts(study: Study, metric: str, axis: str, reference: str) -> tuple[list[str], list[ShiftRow]]:
+    """(labels of `axis` in plan order, one row per combination of the other non-seed axes)."""
+    labels, others, cells = _cells(study, metric, axis, reference)
     rows = []
     for key, by_label in cells.items():
         ref = by_label.get(reference, {})
@@ -105,14 +152,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--axis", default="data")
     parser.add_argument("--reference", default="iid")
     parser.add_argument("--metric", action="append", help="final metric (repeatable; default probe_acc_avg)")
+    parser.add_argument("--contrast", action="append", default=[], metavar="A,B",
+                        help="B's drop minus A's, paired by seed (repeatable; rows named by their other-axis labels "
+                             "joined by /)")
     parser.add_argument("--out", default=None, help="markdown file (default: print); a .csv twin per metric")
     args = parser.parse_args(argv)
     try:
+        pairs = []
+        for item in args.contrast:
+            names = item.split(",")
+            if len(names) != 2 or not all(names):
+                raise ValueError(f"--contrast: give two rows as A,B, got {item!r}")
+            pairs.append((names[0], names[1]))
         study = load_study(args.study)
         parts = []
         for metric in args.metric or ["probe_acc_avg"]:
             md, table = shift_table(study, metric, args.axis, args.reference)
             parts.append(f"### {metric}\n\n{md}")
+            if pairs:
+                table_md = contrast_table(study, metric, args.axis, args.reference, pairs)
+                parts.append(f"#### {metric}: contrasts\n\n{table_md}")
             if args.out:
                 Path(args.out).with_name(f"{Path(args.out).stem}-{metric}.csv").write_text(table)
     except ValueError as exc:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.shift import main, shift_table, shifts
+from analysis.shift import contrast, main, shift_table, shifts
 from analysis.study import load_study, t_quantile
 
 AXES = ["algorithm", "data", "seed"]
@@ -71,3 +71,18 @@ def test_table_cli_and_bad_axis(study: Path, tmp_path: Path, capsys) -> None:
     assert out.read_text().startswith("### probe_acc_avg") and (tmp_path / "claim-probe_acc_avg.csv").is_file()
     assert main([str(study), "--axis", "topology"]) == 2
     assert "no axis 'topology'" in capsys.readouterr().err
+
+
+def test_contrast_is_the_difference_of_drops_paired_by_seed(study: Path, capsys) -> None:
+    """dec-sl's drop minus dec-ssl's, seed by seed, over the seeds where all four runs finished (1 and 2)."""
+    result = contrast(load_study(study), "probe_acc_avg", "data", "iid", "dec-ssl", "dec-sl")
+    interval, seeds = result["dir0.01"]
+    mean, half = _ci([(0.88 - 0.70) - (0.80 - 0.79), (0.86 - 0.74) - (0.82 - 0.80)])
+    assert seeds == 2 and interval.mean == pytest.approx(mean) and interval.half_width == pytest.approx(half)
+    flipped, _ = contrast(load_study(study), "probe_acc_avg", "data", "iid", "dec-sl", "dec-ssl")["dir0.01"]
+    assert flipped.mean == pytest.approx(-mean)
+    assert main([str(study), "--contrast", "dec-ssl,dec-sl"]) == 0
+    assert f"| A dec-ssl, B dec-sl | {mean:.3f} ± {half:.3f} (2 seeds) |" in capsys.readouterr().out
+    assert main([str(study), "--contrast", "dec-ssl,moon"]) == 2
+    assert "no row 'moon'" in capsys.readouterr().err
+    assert main([str(study), "--contrast", "dec-ssl"]) == 2
