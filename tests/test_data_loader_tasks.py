@@ -96,6 +96,9 @@ def test_shard_pool_gives_each_peer_its_own_batches(ds):
     with pytest.raises(ValueError, match="differ"):
         ShardPool([PeerData(ds.x_train[:10], ds.y_train[:10], peer=0, seed=0),
                    PeerData(ds.x_train[:10, :1], ds.y_train[:10], peer=1, seed=0)])
+    with pytest.raises(ValueError, match="differ"):  # targets of another dtype would be promoted by torch.cat
+        ShardPool([PeerData(ds.x_train[:10], ds.y_train[:10], peer=0, seed=0),
+                   PeerData(ds.x_train[:10], ds.y_train[:10].float(), peer=1, seed=0)])
 
 
 def test_coarse_labels():

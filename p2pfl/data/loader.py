@@ -79,8 +79,8 @@ class ShardPool:
     def __init__(self, datas: list[PeerData]) -> None:
         first = datas[0]
         if any(d.x.shape[1:] != first.x.shape[1:] or d.x.dtype != first.x.dtype or d.y.shape[1:] != first.y.shape[1:]
-               or d.device != first.device for d in datas):
-            raise ValueError("ShardPool: the shards differ in image shape, dtype or device")
+               or d.y.dtype != first.y.dtype or d.device != first.device for d in datas):
+            raise ValueError("ShardPool: the shards differ in image or target shape, dtype or device")
         self.x = torch.cat([d.x for d in datas])
         self.y = torch.cat([d.y for d in datas])
         self.start: dict[int, int] = {}
