@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from p2pfl.comm.world import World  # noqa: E402
 from p2pfl.config import make_config, resolve  # noqa: E402
 from p2pfl.run import build_algorithm, build_context  # noqa: E402
+from p2pfl.runtime.allocator import keep_freed_memory  # noqa: E402
 from p2pfl.runtime.device import configure_determinism  # noqa: E402
 
 
@@ -67,6 +68,7 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     configure_determinism(args.threads, torch.device(args.device))  # as p2pfl.run: TF32 off
+    keep_freed_memory()  # as p2pfl.run
     rows = []
     print(f"{args.algorithm}, {args.images} Fashion-MNIST images per peer, batch {args.batch_size}, one local "
           f"epoch per round, device {args.device}, {args.threads} thread(s)")

@@ -18,6 +18,7 @@ from p2pfl.config import ResolvedRun, RunConfig, parse_args, resolve, to_yaml
 from p2pfl.network import NetworkSchedule
 from p2pfl.records import Host, Seeds
 from p2pfl.rounds import Algorithm, RunContext, Runner
+from p2pfl.runtime.allocator import keep_freed_memory
 from p2pfl.runtime.checkpoint import load_state
 from p2pfl.runtime.device import configure_determinism, select_device
 from p2pfl.runtime.failure import abort_on_exception, agree
@@ -33,6 +34,7 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     graph, schedule, described = agree(world, lambda: build_network(cfg))
     device = agree(world, lambda: select_device(cfg.device, world.local_rank))
     configure_determinism(cfg.threads, device)
+    allocator = keep_freed_memory()
     placement = Placement(n_peers, world.size)
     exchange = Exchange(world, graph, placement, timeout=cfg.timeout, chunk_bytes=cfg.chunk_mb << 20,
                         cuda_aware=cfg.cuda_aware_mpi)
@@ -56,7 +58,8 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
             {**schedule.describe(), "byzantine": sorted(robust.byzantine),
              "attack": cfg.attack if robust.byzantine else None, "aggregator": cfg.aggregator},
             seeds=Seeds(seed=cfg.seed, streams="numpy/torch streams keyed by (seed, peer, purpose); "
-                                                "see p2pfl.seeding"), method_defaults=cfg.method_defaults()))
+                                                "see p2pfl.seeding"), method_defaults=cfg.method_defaults()),
+            host_allocator=allocator)
         if announce:
             print(f"p2pfl: {cfg.algorithm} on {cfg.topology}, {n_peers} peers on {world.size} rank(s); "
                   f"run folder {run_dir}", flush=True)

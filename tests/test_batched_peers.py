@@ -44,9 +44,11 @@ DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels-last"])
 @pytest.mark.parametrize("name,make,geometry", _nets(), ids=[n for n, _, _ in _nets()])
-def test_stacked_model_equals_each_model(name, make, geometry, device: str) -> None:
-    """Outputs, gradients and BatchNorm buffers of the stacked pass equal each model's own, in float64."""
+def test_stacked_model_equals_each_model(name, make, geometry, channels_last: bool, device: str) -> None:
+    """Outputs, gradients and BatchNorm buffers of the stacked pass equal each model's own, in float64, with the
+    folded batch in either memory format (the CPU trains channels-last)."""
     torch.manual_seed(0)
     n, (c, h) = 3, geometry
     models = [make().double().to(device).train() for _ in range(n)]
@@ -55,7 +57,10 @@ def test_stacked_model_equals_each_model(name, make, geometry, device: str) -> N
     stack = PeerStack(models)
     stacked = peer_stacked(models[0]).train()
     params, buffers = stack.prefix(n, grad=True)
-    out = functional_call(stacked, (params, buffers), (fold(x),))
+    folded = fold(x, channels_last=channels_last)
+    assert torch.equal(folded, fold(x))
+    assert folded.is_contiguous(memory_format=torch.channels_last) == channels_last
+    out = functional_call(stacked, (params, buffers), (folded,))
     outs = out if isinstance(out, tuple) else (out,)
     weights = [torch.randn(unfold(o, n).shape[1:], dtype=torch.float64).to(device) for o in outs]
     loss = sum((unfold(o, n) * w).sum() for o, w in zip(outs, weights))

@@ -83,6 +83,20 @@ def test_crop_resize_matches_interpolate_of_the_crop():
     assert torch.allclose(out[..., 1:-1, 1:-1], ref[..., 1:-1, 1:-1], atol=1e-5)
 
 
+@pytest.mark.parametrize("size", [(28, 28), (32, 32), (17, 24)])
+def test_axis_aligned_grid_is_affine_grid_bitwise(size):
+    """The crop's separable grid equals F.affine_grid of the same per-sample maps, bit for bit (so moving off
+    affine_grid changed no view)."""
+    g = gen(3)
+    b = 64
+    ax = torch.rand(b, generator=g) * (1 - 2 * (torch.rand(b, generator=g) < 0.5).float())
+    ay, cx, cy = torch.rand(b, generator=g), torch.rand(b, generator=g) - 0.5, torch.rand(b, generator=g) - 0.5
+    theta = torch.zeros(b, 2, 3)
+    theta[:, 0, 0], theta[:, 0, 2], theta[:, 1, 1], theta[:, 1, 2] = ax, cx, ay, cy
+    ref = F.affine_grid(theta, [b, 1, *size], align_corners=False)
+    assert torch.equal(A._axis_aligned_grid(ax, cx, ay, cy, *size), ref)
+
+
 @pytest.mark.parametrize("op,ref,lo,hi", [
     (A.adjust_brightness, TF.adjust_brightness, 0.6, 1.4),
     (A.adjust_contrast, TF.adjust_contrast, 0.6, 1.4),

@@ -70,6 +70,8 @@ def test_short_run_on_4_ranks_writes_everything_and_matches_1_rank(runs_dir: Pat
     summary = json.loads((four / "summary.json").read_text())
     assert 0.0 <= summary["final"]["probe_acc_avg"] <= 1.0
     assert "probe_acc_peer_min" in summary["final"]
+    # the untrained baseline, scored on the last rank, reaches the root's records
+    assert 0.0 <= summary["final"]["probe_acc_untrained"] <= 1.0 and "knn_acc_untrained" in summary["final"]
     assert timing_free_records(four) == timing_free_records(runs_dir / "one")  # the same numbers, bit for bit
 
 

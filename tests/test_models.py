@@ -398,3 +398,33 @@ def test_fast_max_pool_equals_max_pool2d_without_gradients(shape) -> None:
     z = y.detach().clone().requires_grad_(True)
     F.max_pool2d(z, 2).sum().backward()
     assert torch.equal(y.grad, z.grad)
+
+
+@pytest.mark.parametrize("channels,size", [(1, 28), (3, 32)])
+def test_simple_cnn_is_moons_relu_then_pool_bitwise(channels, size) -> None:
+    """SimpleCNN pools before its ReLUs: its features and every parameter's gradient equal MOON's order
+    (pool(relu(conv))) bit for bit, ties and all-negative windows included (images with flat regions make
+    equal neighbours; a negative bias makes windows whose maximum is not positive)."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    enc = build_encoder("simple-cnn", channels, size)
+    with torch.no_grad():
+        enc.conv1.bias[:3] = -0.5
+    x = torch.rand(8, channels, size, size)
+    x[:, :, :, : size // 2] = 0.25  # flat halves: equal neighbours in every window there
+
+    def moon(m, x):
+        h = F.max_pool2d(F.relu(m.conv1(x)), 2)
+        h = F.max_pool2d(F.relu(m.conv2(h)), 2)
+        return F.relu(m.fc2(F.relu(m.fc1(torch.flatten(h, 1)))))
+
+    g = torch.randn(8, enc.feat_dim)
+    ours = enc(x)
+    grads = torch.autograd.grad(ours, list(enc.parameters()), g)
+    ref = moon(enc, x)
+    ref_grads = torch.autograd.grad(ref, list(enc.parameters()), g)
+    assert torch.equal(ours, ref)
+    assert all(torch.equal(a, b) for a, b in zip(grads, ref_grads))
+    with torch.no_grad():
+        assert torch.equal(enc(x), ref)

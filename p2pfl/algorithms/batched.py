@@ -7,7 +7,8 @@ parameters and optimiser state are views, and a peer that has finished (fewer st
 straggler) is simply left out of the remaining steps. Every step each peer draws its own batch from its data
 stream and its own augmentation from its stream (as in the loop, so each peer sees exactly what it would alone);
 the images of all of them are one gather from the rank's shards held as one tensor (p2pfl.data.loader.ShardPool),
-the augmentation then runs once on all the images, the models run peer-stacked (p2pfl.models.stacked), the
+the augmentation then runs once on all the images, the models run peer-stacked (p2pfl.models.stacked; on a CPU
+in the channels-last memory format, where oneDNN's grouped convolutions and their backward are faster), the
 method's criterion runs per peer under torch.func.vmap, and one optimiser step updates every peer
 (p2pfl.stacked_optim: per-peer step counts, the same formulas as torch.optim).
 
@@ -89,6 +90,7 @@ class BatchedPeers:
         first = trainer.peers[trainer.ctx.local_peers[0]]
         self.stacked = peer_stacked(first.model)
         self.chunk = chunk or (CPU_CHUNK if trainer.ctx.device.type == "cpu" else 1 << 30)
+        self.channels_last = trainer.ctx.device.type == "cpu"
         datas = [trainer.peers[p].data for p in trainer.ctx.local_peers]
         try:  # a step's batches of a whole group as one gather
             self.pool: ShardPool | None = ShardPool(datas)
@@ -145,7 +147,7 @@ class BatchedPeers:
             inputs = t.apply(x, draws)
             views = inputs.shape[0] // (n * size)
             inputs = fold(inputs.view(views, n, size, *inputs.shape[1:]).transpose(0, 1)
-                          .reshape(n, views * size, *inputs.shape[1:]))
+                          .reshape(n, views * size, *inputs.shape[1:]), channels_last=self.channels_last)
             params, buffers = stack.prefix(n, grad=True)
             self.stacked.train()
             out = functional_call(self.stacked, (params, buffers), (inputs,))

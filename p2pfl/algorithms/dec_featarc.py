@@ -275,9 +275,10 @@ class DecFeatARC(DecSSL):
                 metrics["best_cluster"] = float(best)
             for name in scores[0]:
                 metrics[f"{name}_avg"] = max(s[name] for s in scores)
-            metrics.update({f"{k}_untrained": v for k, v in self.untrained_scores(scores[0], final).items()})
+        baseline = self.baseline_here(final)
         per_peer: dict[int, dict[str, float]] = {}
         if final:
             per_peer = self.final_peer_scores(metrics, between, lambda p: averages[self.peers[p].cluster],
                                               lambda p: {"cluster": float(self.peers[p].cluster)})
+        self.report_baseline(metrics, baseline)
         return metrics, per_peer

@@ -43,6 +43,7 @@ class MAEPeer(GossipPeer):
 class DecMAE(GossipLearner):
     """Masked-autoencoder encoders (and decoders) trained locally and mixed by gossip."""
 
+    scores_representations = True
     name = "dec-mae"
     batchable = False
     record: ClassVar[type[Peer]] = MAEPeer

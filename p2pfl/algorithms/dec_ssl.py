@@ -25,6 +25,7 @@ DEC_SSL_TEMPERATURE = 0.2
 class DecSSL(GossipLearner):
     """SimCLR: two batched augmented views per image, NT-Xent, E local epochs, then one gossip step."""
 
+    scores_representations = True
     name = "dec-ssl"
     batchable = True
     defaults = {**DEC_SSL_BUDGET, "temperature": DEC_SSL_TEMPERATURE}

@@ -49,12 +49,15 @@ class GossipLearner(LocalTrainer):
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
         self.work: Workload | None = None
-        self._untrained: dict[str, float] = {}  # untrained_scores, computed once
+        self._untrained: dict[bool, dict[str, float]] = {}  # untrained_scores, once per kind of evaluation
 
     # ------------------------------------------------------------------ what a method supplies
     def make_model(self) -> nn.Module:
         """The method's network, uninitialised."""
         raise NotImplementedError
+
+    #: Whether `score` reports REPRESENTATION_METRICS (then the untrained encoder is scored as their baseline).
+    scores_representations = False
 
     def score(self, model: nn.Module, peer: int | None, final: bool) -> dict[str, float]:
         """Metrics of one model (a peer's, or the network average when peer is None)."""
@@ -179,9 +182,28 @@ class GossipLearner(LocalTrainer):
         if self.ctx.world.is_root:
             scores = self.score(avg, None, final)
             metrics = {f"{k}_avg": v for k, v in scores.items()}
-            metrics.update({f"{k}_untrained": v for k, v in self.untrained_scores(scores, final).items()})
+        baseline = self.baseline_here(final)
         per_peer = self.final_peer_scores(metrics, between, lambda p: avg) if final else {}
+        self.report_baseline(metrics, baseline)
         return metrics, per_peer
+
+    @property
+    def baseline_rank(self) -> int:
+        """The rank that scores the untrained encoder: the last, so that it works while the root scores the
+        network average (the root alone when the job has one rank)."""
+        return self.ctx.world.size - 1
+
+    def baseline_here(self, final: bool) -> dict[str, float] | None:
+        """The untrained encoder's scores on the baseline rank, None elsewhere."""
+        here = self.scores_representations and self.ctx.world.rank == self.baseline_rank
+        return self.untrained_scores(final) if here else None
+
+    def report_baseline(self, metrics: dict[str, float], baseline: dict[str, float] | None) -> None:
+        """Bring the baseline rank's untrained scores to the root's `metrics` as `<metric>_untrained`; collective
+        (after every rank's own scoring, so no rank idles at it while others score)."""
+        baseline = self.ctx.world.bcast(baseline, root=self.baseline_rank)
+        if self.ctx.world.is_root:
+            metrics.update({f"{k}_untrained": v for k, v in (baseline or {}).items()})
 
     def final_peer_scores(self, metrics: dict[str, float], between: dict[int, float],
                           reference: Callable[[int], nn.Module],
@@ -197,18 +219,17 @@ class GossipLearner(LocalTrainer):
                     "drift_to_avg": weight_drift(self.peers[p].model, reference(p)), "drift_to_neighbours": between[p]}
                 for p, scores in self.score_peers(scored, True).items()}
 
-    def untrained_scores(self, scores: dict[str, float], final: bool) -> dict[str, float]:
-        """The representation metrics among `scores` (REPRESENTATION_METRICS) for the untrained encoder, the
-        common initialisation every peer starts from: the baseline a trained encoder must beat. Each is
-        computed the first time it is asked for and then reused (the initialisation and the probe's stream
-        are fixed, so a resumed run computes the same values again)."""
-        wanted = [k for k in scores if k in REPRESENTATION_METRICS]
-        if any(k not in self._untrained for k in wanted):
+    def untrained_scores(self, final: bool) -> dict[str, float]:
+        """The representation metrics (REPRESENTATION_METRICS) of the untrained encoder, the common
+        initialisation every peer starts from: the baseline a trained encoder must beat. Computed the first time
+        an evaluation of its kind (final or not) asks, then reused (the initialisation and the probe's stream are
+        fixed, so a resumed run computes the same values again)."""
+        if final not in self._untrained:
             model = self.new_model()
             model.eval()
             fresh = self.score(model, None, final)
-            self._untrained.update({k: v for k, v in fresh.items() if k in REPRESENTATION_METRICS})
-        return {k: self._untrained[k] for k in wanted if k in self._untrained}
+            self._untrained[final] = {k: v for k, v in fresh.items() if k in REPRESENTATION_METRICS}
+        return self._untrained[final]
 
     def summary_lines(self, summary) -> list[str]:
         """The gain of the network average over the untrained encoder, per representation metric."""

@@ -8,13 +8,22 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from p2pfl.evaluation import EVAL_BATCH, accuracy, features, knn_accuracy, linear_probe, linear_probes
+from p2pfl.data import normalize
+from p2pfl.evaluation import EVAL_BATCH, accuracy, features, knn_accuracy, linear_probes
 from p2pfl.models.stacked import PeerStack, unfold
 from p2pfl.seeding import SHARED, torch_generator
 
 
+def probe_generator(seed: int, device: torch.device) -> torch.Generator:
+    """The linear probe's stream: one for every model scored (the network average, each peer, the untrained
+    encoder), so all are measured with the same initialisation and sample order; a peer's probe depends on its
+    encoder alone, whatever rank or chunk scores it."""
+    return torch_generator(seed, SHARED, "probe", device)
+
+
 def representation_scores(learner, model: nn.Module, peer: int | None, final: bool) -> dict[str, float]:
-    """kNN monitor always; the linear probe at the final evaluation (features of the full labelled set)."""
+    """kNN monitor always; the linear probe at the final evaluation (features of the full labelled set), fitted by
+    `linear_probes` as a batch of one: the same probe as peers scored together, at its speed."""
     ds, cfg, device = learner.dataset, learner.cfg, learner.ctx.device
     train_f = features(model.features, ds.x_train, ds.mean, ds.std, device)
     test_f = features(model.features, ds.x_test, ds.mean, ds.std, device)
@@ -23,8 +32,9 @@ def representation_scores(learner, model: nn.Module, peer: int | None, final: bo
     if peer is None:
         out["knn_acc"] = knn_accuracy(train_f, train_y, test_f, test_y, ds.num_classes, k=cfg.knn_k)
     if final:
-        gen = torch_generator(cfg.seed, SHARED if peer is None else peer, "probe", device)
-        out["probe_acc"] = linear_probe(train_f, train_y, test_f, test_y, ds.num_classes, cfg.probe_epochs, gen)
+        gen = probe_generator(cfg.seed, device)
+        out["probe_acc"] = linear_probes(train_f[None], train_y, test_f[None], test_y, ds.num_classes,
+                                         cfg.probe_epochs, gen)[0]
     return out
 
 
@@ -52,17 +62,24 @@ def stacked_outputs(stacked: nn.Module, stack: PeerStack, x_uint8: torch.Tensor,
 def peer_outputs(learner, stacked: nn.Module, stack: PeerStack, peers: list[int], x_uint8: torch.Tensor,
                  part: str = "", select: Callable = lambda out: out) -> torch.Tensor:
     """[n, N, D] outputs of several peers' models on the same images: one peer-stacked pass on a GPU (one
-    launch per layer for all of them); model by model on a CPU, where the grouped kernels of the stacked pass
-    are no faster than the dense ones (benchmarks/bench_batched_peers.py)."""
+    launch per layer for all of them); on a CPU, where the grouped kernels of the stacked pass are no faster than
+    the dense ones (benchmarks/bench_batched_peers.py), model after model on each batch, normalised once for all.
+    The result is a view of sample-major storage [N, n, D] (linear_probes reads it in order)."""
     ds, device = learner.dataset, learner.ctx.device
     if device.type != "cpu":
         return stacked_outputs(stacked, stack, x_uint8, ds.mean, ds.std, device, part=part, select=select)
-    out = []
-    for p in peers:
-        model = learner.peers[p].model.eval()
-        module = model.get_submodule(part)
-        out.append(features(lambda x, m=module: select(m(x)), x_uint8, ds.mean, ds.std, device))
-    return torch.stack(out)
+    modules = [learner.peers[p].model.eval().get_submodule(part) for p in peers]
+    out: torch.Tensor | None = None
+    with torch.no_grad():
+        for start in range(0, x_uint8.shape[0], EVAL_BATCH):
+            xb = normalize(x_uint8[start:start + EVAL_BATCH].to(device), ds.mean, ds.std)
+            for i, module in enumerate(modules):
+                f = select(module(xb)).float()
+                if out is None:
+                    out = torch.empty((x_uint8.shape[0], len(peers), *f.shape[1:]), dtype=f.dtype, device=device)
+                out[start:start + xb.shape[0], i] = f
+    assert out is not None
+    return out.transpose(0, 1)
 
 
 def representation_scores_stacked(learner, stacked: nn.Module, stack: PeerStack, peers: list[int],
@@ -74,9 +91,8 @@ def representation_scores_stacked(learner, stacked: nn.Module, stack: PeerStack,
     ds, cfg, device = learner.dataset, learner.cfg, learner.ctx.device
     train_f = peer_outputs(learner, stacked, stack, peers, ds.x_train, part="encoder")
     test_f = peer_outputs(learner, stacked, stack, peers, ds.x_test, part="encoder")
-    gens = [torch_generator(cfg.seed, p, "probe", device) for p in peers]
     accs = linear_probes(train_f, ds.y_train.to(device), test_f, ds.y_test.to(device), ds.num_classes,
-                         cfg.probe_epochs, gens)
+                         cfg.probe_epochs, probe_generator(cfg.seed, device))
     return [{"probe_acc": a} for a in accs]
 
 

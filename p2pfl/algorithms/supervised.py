@@ -23,6 +23,7 @@ from p2pfl.models.stacked import PeerStack
 class DecSL(GossipLearner):
     """The Dec-SSL backbone with a linear head, trained with labels and mixed by gossip."""
 
+    scores_representations = True
     name = "dec-sl"
     batchable = True
 

@@ -114,9 +114,14 @@ def peer_stacked(model: nn.Module) -> nn.Module:
     return out
 
 
-def fold(x: torch.Tensor) -> torch.Tensor:
-    """Per-peer inputs [n, N, C, ...] as one peer-stacked batch [N, n·C, ...]."""
+def fold(x: torch.Tensor, channels_last: bool = False) -> torch.Tensor:
+    """Per-peer inputs [n, N, C, ...] as one peer-stacked batch [N, n·C, ...] (one copy); with `channels_last`
+    images [n, N, C, H, W] come in the channels-last memory format, in which a CPU's grouped convolutions, their
+    backward and the pooling between them run faster (benchmarks/bench_batched_peers.py)."""
     n, b = x.shape[:2]
+    if channels_last and x.dim() == 5:
+        c, h, w = x.shape[2:]
+        return x.permute(1, 3, 4, 0, 2).contiguous().view(b, h, w, n * c).permute(0, 3, 1, 2)
     return x.transpose(0, 1).reshape(b, n * x.shape[2], *x.shape[3:])
 
 
