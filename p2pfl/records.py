@@ -420,6 +420,7 @@ class MemoryPeak(TypedDict):
 class Manifest(BaseManifest, total=False):
     """manifest.json: the base, then what the method records at set-up (`RunContext.record_manifest`)."""
 
+    host_allocator: str  # every run, at start: what p2pfl.runtime.allocator did to the C allocator
     batch_peers: BatchPeers  # local trainers
     memory: PeerMemory  # local trainers
     memory_peak: MemoryPeak  # every run, at the end

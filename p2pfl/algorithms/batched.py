@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 #: Peers per stacked computation on a CPU: more peers make activations that no longer fit the caches
 #: (benchmarks/bench_batched_peers.py measured the choice).
 CPU_CHUNK = 16
-#: Encoders whose stacked step beats the loop on a CPU (benchmarks/bench_batched_peers.py, 2-core machine:
-#: simple-cnn 1.24x at 20 peers; resnet-small 0.67x, its grouped 3x3 convolutions being slower than dense ones).
+#: Encoders whose stacked step beats the loop on a CPU (benchmarks/bench_batched_peers.py, 2-core machine,
+#: 2026-12-01: simple-cnn 2.3x at 20 and 100 peers; resnet-small 1.05-1.09x, within the machine's noise).
 #: `auto` batches the others on GPUs only; `on` batches any stackable model.
 CPU_FASTER = frozenset({"simple-cnn"})
 
