@@ -18,11 +18,24 @@ EVAL_BATCH = 1024
 def features(fn: Callable[[torch.Tensor], torch.Tensor], x_uint8: torch.Tensor, mean, std,
              device: torch.device, batch: int = EVAL_BATCH) -> torch.Tensor:
     """fn(normalised images) for all of x, batch by batch, as one float32 tensor on `device`."""
-    out = []
+    return features_of([fn], x_uint8, mean, std, device, batch)[:, 0]
+
+
+@torch.no_grad()
+def features_of(fns: list[Callable[[torch.Tensor], torch.Tensor]], x_uint8: torch.Tensor, mean, std,
+                device: torch.device, batch: int = EVAL_BATCH) -> torch.Tensor:
+    """[N, n, ...] float32 on `device`: fns[i](normalised images) for all of x, each batch normalised once for
+    every fn; sample-major, as `linear_probes` reads several peers' features."""
+    out: torch.Tensor | None = None
     for start in range(0, x_uint8.shape[0], batch):
         xb = normalize(x_uint8[start:start + batch].to(device), mean, std)
-        out.append(fn(xb).float())
-    return torch.cat(out)
+        for i, fn in enumerate(fns):
+            f = fn(xb).float()
+            if out is None:
+                out = torch.empty((x_uint8.shape[0], len(fns), *f.shape[1:]), dtype=f.dtype, device=device)
+            out[start:start + xb.shape[0], i] = f
+    assert out is not None, "no images"
+    return out
 
 
 def linear_probe(train_f: torch.Tensor, train_y: torch.Tensor, test_f: torch.Tensor, test_y: torch.Tensor,

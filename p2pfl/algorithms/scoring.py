@@ -8,8 +8,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from p2pfl.data import normalize
-from p2pfl.evaluation import EVAL_BATCH, accuracy, features, knn_accuracy, linear_probes
+from p2pfl.evaluation import EVAL_BATCH, accuracy, features, features_of, knn_accuracy, linear_probes
 from p2pfl.models.stacked import PeerStack, unfold
 from p2pfl.seeding import SHARED, torch_generator
 
@@ -69,17 +68,8 @@ def peer_outputs(learner, stacked: nn.Module, stack: PeerStack, peers: list[int]
     if device.type != "cpu":
         return stacked_outputs(stacked, stack, x_uint8, ds.mean, ds.std, device, part=part, select=select)
     modules = [learner.peers[p].model.eval().get_submodule(part) for p in peers]
-    out: torch.Tensor | None = None
-    with torch.no_grad():
-        for start in range(0, x_uint8.shape[0], EVAL_BATCH):
-            xb = normalize(x_uint8[start:start + EVAL_BATCH].to(device), ds.mean, ds.std)
-            for i, module in enumerate(modules):
-                f = select(module(xb)).float()
-                if out is None:
-                    out = torch.empty((x_uint8.shape[0], len(peers), *f.shape[1:]), dtype=f.dtype, device=device)
-                out[start:start + xb.shape[0], i] = f
-    assert out is not None
-    return out.transpose(0, 1)
+    fns = [lambda x, m=module: select(m(x)) for module in modules]
+    return features_of(fns, x_uint8, ds.mean, ds.std, device).transpose(0, 1)
 
 
 def representation_scores_stacked(learner, stacked: nn.Module, stack: PeerStack, peers: list[int],
