@@ -84,6 +84,9 @@ class RunConfig:
     resume: str | None = _opt(None, "continue the run in this run folder from its last checkpoint")
     fault: str | None = _opt(None, "testing aid: 'raise@RANK:ROUND', 'silent@PEER:ROUND' or 'nan@PEER:ROUND' "
                                    "(the peer's messages are NaN from that round on)")
+    dtype: str = _opt("float32", "floating precision of training, gossip and evaluation: float32, or float64 (rounding "
+                                 "stays near float64's, so runs on different CPUs agree to a tight tolerance)",
+                      ("float32", "float64"))
     on_nonfinite: str = _opt("rollback", "a non-finite message is rejected (a failed link) and a peer whose update "
                                          "turns non-finite is rolled back to its state before the round (rollback), "
                                          "or either ends the job naming the peer (abort)", ("rollback", "abort"))

@@ -17,20 +17,20 @@ EVAL_BATCH = 1024
 @torch.no_grad()
 def features(fn: Callable[[torch.Tensor], torch.Tensor], x_uint8: torch.Tensor, mean, std,
              device: torch.device, batch: int = EVAL_BATCH) -> torch.Tensor:
-    """fn(normalised images) for all of x, batch by batch, as one float32 tensor on `device`."""
+    """fn(normalised images) for all of x, batch by batch, as one tensor of the run's dtype on `device`."""
     return features_of([fn], x_uint8, mean, std, device, batch)[:, 0]
 
 
 @torch.no_grad()
 def features_of(fns: list[Callable[[torch.Tensor], torch.Tensor]], x_uint8: torch.Tensor, mean, std,
                 device: torch.device, batch: int = EVAL_BATCH) -> torch.Tensor:
-    """[N, n, ...] float32 on `device`: fns[i](normalised images) for all of x, each batch normalised once for
-    every fn; sample-major, as `linear_probes` reads several peers' features."""
+    """[N, n, ...] in the run's dtype on `device`: fns[i](normalised images) for all of x, each batch normalised
+    once for every fn; sample-major, as `linear_probes` reads several peers' features."""
     out: torch.Tensor | None = None
     for start in range(0, x_uint8.shape[0], batch):
         xb = normalize(x_uint8[start:start + batch].to(device), mean, std)
         for i, fn in enumerate(fns):
-            f = fn(xb).float()
+            f = fn(xb).to(torch.get_default_dtype())
             if out is None:
                 out = torch.empty((x_uint8.shape[0], len(fns), *f.shape[1:]), dtype=f.dtype, device=device)
             out[start:start + xb.shape[0], i] = f
@@ -214,7 +214,7 @@ def weight_drift(a: nn.Module | dict[str, torch.Tensor], b: nn.Module | dict[str
     """d_w(a, b) = Σ over parameter tensors of ‖w_a − w_b‖₂ (SPEC §2, seed 001)."""
     sa = dict(a.named_parameters()) if isinstance(a, nn.Module) else a
     sb = dict(b.named_parameters()) if isinstance(b, nn.Module) else b
-    return float(sum(float((sa[n].detach().float() - sb[n].detach().float()).norm()) for n in sa))
+    return float(sum(float((sa[n].detach().double() - sb[n].detach().double()).norm()) for n in sa))
 
 
 def multilabel_scores(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:

@@ -23,6 +23,7 @@ from p2pfl.runtime.checkpoint import load_state
 from p2pfl.runtime.device import configure_determinism, select_device
 from p2pfl.runtime.failure import abort_on_exception, agree
 from p2pfl.runtime.manifest import base_manifest
+from p2pfl.runtime.precision import precision
 from p2pfl.runtime.progress import placement_table
 from p2pfl.runtime.runfolder import RunFolder, make_run_dir
 
@@ -136,13 +137,14 @@ def _run(world: World, argv: Sequence[str] | None) -> int:
         if world.is_root:
             print(to_yaml(run.cfg), end="")
         return 0
-    ctx = build_context(world, run)
-    cfg = run.cfg
-    algorithm = build_algorithm(ctx)
-    runner = Runner(ctx, algorithm)
-    if cfg.resume is not None:
-        agree(world, runner.restore)
-    runner.run()
+    with precision(run.cfg.dtype):
+        ctx = build_context(world, run)
+        cfg = run.cfg
+        algorithm = build_algorithm(ctx)
+        runner = Runner(ctx, algorithm)
+        if cfg.resume is not None:
+            agree(world, runner.restore)
+        runner.run()
     if world.is_root and cfg.plots:
         _plots(ctx.run_dir)
     if ctx.folder is not None:

@@ -119,7 +119,7 @@ class DecFeatARC(DecSSL):
         peer.own_features = torch.zeros(0, device=self.ctx.device)
         peer.copy_mixable = [MixableState(c, fedbn=self.cfg.fedbn) for c in peer.copies]
         peer.copy_full = [MixableState(c) for c in peer.copies]
-        peer.message = torch.empty(peer.mixable.numel + 1, dtype=torch.float32, device=peer.mixable.device)
+        peer.message = torch.empty(peer.mixable.numel + 1, dtype=peer.mixable.dtype, device=peer.mixable.device)
 
     def setup(self) -> None:
         if self.cfg.mixing == "server":
@@ -243,7 +243,8 @@ class DecFeatARC(DecSSL):
             mean = exact_mean(self.ctx.world, {p: self.peers[p].copy_full[k].flatten() for p in alive}, n,
                               like=first.copy_full[k].flatten())
             model = self.new_model()
-            MixableState(model).unflatten_(mean.float().to(self.ctx.device))
+            state = MixableState(model)
+            state.unflatten_(mean.to(state.dtype).to(self.ctx.device))
             out.append(model.eval())
         return out
 

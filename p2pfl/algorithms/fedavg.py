@@ -165,8 +165,8 @@ class Scaffold(FedAvg):
         peer.optimizer.register_step_post_hook(lambda opt, args, kwargs: self._correct(peer, opt))
 
     def flat_params(self, peer: ScaffoldPeer, out: torch.Tensor | None = None) -> torch.Tensor:
-        """The trainable parameters as one float32 vector (the layout of the control variates)."""
-        params = [p.detach().reshape(-1).float() for p in self.trainable(peer.model)]
+        """The trainable parameters as one vector of the run's dtype (the layout of the control variates)."""
+        params = [p.detach().reshape(-1).to(torch.get_default_dtype()) for p in self.trainable(peer.model)]
         if out is None:
             return torch.cat(params)
         return torch.cat(params, out=out)

@@ -191,7 +191,7 @@ class FedMuscle(LocalTrainer):
         assert self.work is not None
         x = normalize(self.work.public[peer.task.geometry][idx], peer.task.mean, peer.task.std)
         peer.model.train()
-        return F.normalize(peer.model.represent(x).float(), dim=1)
+        return F.normalize(peer.model.represent(x).to(torch.get_default_dtype()), dim=1)
 
     def communicate(self, round: int, net: RoundNetwork) -> dict[int, dict[str, float]] | None:
         cfg = self.cfg

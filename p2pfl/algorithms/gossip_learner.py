@@ -169,7 +169,8 @@ class GossipLearner(LocalTrainer):
         mean = exact_mean(self.ctx.world, {p: self.peers[p].full.flatten() for p in alive}, len(self.evaluated()),
                           like=like)
         model = self.new_model()
-        MixableState(model).unflatten_(mean.float().to(self.ctx.device))
+        state = MixableState(model)
+        state.unflatten_(mean.to(state.dtype).to(self.ctx.device))
         return model
 
     def evaluate(self, round: int, final: bool) -> tuple[dict[str, float], dict[int, dict[str, float]]]:

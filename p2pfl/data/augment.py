@@ -39,8 +39,8 @@ def dataset_stats(name: str, channels: int | None = None) -> tuple[tuple[float, 
 
 
 def to_float(x: torch.Tensor) -> torch.Tensor:
-    """uint8 images → float32 in [0, 1]; float images are returned as float32 unchanged."""
-    return x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
+    """uint8 images → the run's float dtype (--dtype) in [0, 1]; float images are cast to it."""
+    return x.to(torch.get_default_dtype()).div_(255.0) if x.dtype == torch.uint8 else x.to(torch.get_default_dtype())
 
 
 def _stat(values: Sequence[float], x: torch.Tensor) -> torch.Tensor:
@@ -110,7 +110,7 @@ def crop_boxes(u: torch.Tensor, height: int, width: int, scale: tuple[float, flo
         fw, fh = width, height
     fallback = torch.tensor([(height - fh) // 2, (width - fw) // 2, fh, fw], dtype=boxes.dtype, device=boxes.device)
     any_ok = ok.any(dim=1, keepdim=True)
-    return torch.where(any_ok, boxes, fallback.expand_as(boxes)).float()
+    return torch.where(any_ok, boxes, fallback.expand_as(boxes)).to(torch.get_default_dtype())
 
 
 def crop_resize_flip(x: torch.Tensor, boxes: torch.Tensor, flip: torch.Tensor, size: int | tuple[int, int],
@@ -277,7 +277,7 @@ class SimCLRAugment:
         return {"boxes": crop_boxes(u[:, :c].reshape(-1, CROP_ATTEMPTS, 4), height, width, self.scale, self.ratio),
                 "flip": u[:, c] < self.flip_p,
                 "apply_jitter": u[:, c + 1] < self.jitter_p,
-                "u": u[:, c + 2:c + 6].float(),
+                "u": u[:, c + 2:c + 6].to(torch.get_default_dtype()),
                 "order": torch.argsort(u[:, c + 6:c + 10], dim=1),
                 "to_gray": u[:, c + 10] < self.gray_p}
 
@@ -358,7 +358,7 @@ def supervised_apply(x: torch.Tensor, draws: dict[str, torch.Tensor], mean: Sequ
         if padding_mode == "constant":
             padded = F.pad(x, (padding,) * 4)
         else:
-            padded = F.pad(x.float(), (padding,) * 4, mode=padding_mode).to(x.dtype)
+            padded = F.pad(x.to(torch.get_default_dtype()), (padding,) * 4, mode=padding_mode).to(x.dtype)
     else:
         padded = x
     rows = oy[:, None] + torch.arange(height, device=dev)[None]

@@ -411,16 +411,17 @@ def synthetic_dataset(num_train: int = 2000, num_test: int = 500, num_classes: i
                          "and image_size >= 4")
     g = torch_generator(seed, SHARED, "synthetic")
     n = num_train + num_test
-    coarse = torch.randn(num_classes, channels, 4, 4, generator=g)
+    coarse = torch.randn(num_classes, channels, 4, 4, generator=g, dtype=torch.float64)
     templates = F.interpolate(coarse, size=(image_size, image_size), mode="bicubic", align_corners=False)
     templates = templates / templates.flatten(1).std(dim=1).view(-1, 1, 1, 1)
     y = torch.cat([(torch.arange(m) % num_classes)[torch.randperm(m, generator=g)] for m in (num_train, num_test)])
-    contrast = 0.7 + 0.6 * torch.rand(n, 1, 1, 1, generator=g)
-    brightness = 0.05 * torch.randn(n, 1, 1, 1, generator=g)
-    pixel_noise = noise * torch.randn(n, channels, image_size, image_size, generator=g)
+    contrast = 0.7 + 0.6 * torch.rand(n, 1, 1, 1, generator=g, dtype=torch.float64)
+    brightness = 0.05 * torch.randn(n, 1, 1, 1, generator=g, dtype=torch.float64)
+    pixel_noise = noise * torch.randn(n, channels, image_size, image_size, generator=g,
+                                      dtype=torch.float64)
     x = 0.5 + 0.18 * contrast * templates[y] + brightness + pixel_noise
     x = (x.clamp(0, 1) * 255).round().to(torch.uint8)
-    xf = x[:num_train].float() / 255
+    xf = x[:num_train].double() / 255
     mean = tuple(float(v) for v in xf.mean(dim=(0, 2, 3)))
     std = tuple(float(v) for v in xf.std(dim=(0, 2, 3)))
     return ImageDataset(

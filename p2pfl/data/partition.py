@@ -196,7 +196,7 @@ def rotate_images(x: torch.Tensor, group: int, n_groups: int) -> torch.Tensor:
 
 def rotate_affine(x: torch.Tensor, angle: float) -> torch.Tensor:
     """Counter-clockwise rotation of a batch about the image centre by ``angle`` radians, bilinear, zero fill."""
-    xf = x.float()
+    xf = x.to(torch.get_default_dtype())
     b, ch, h, w = xf.shape
     cos, sin = math.cos(angle), math.sin(angle)
     # output pixel (x_o, y_o) samples the input at R(angle)·(x_o, y_o) in pixel units, expressed in

@@ -36,8 +36,8 @@ def make_mosaic(x: torch.Tensor, y: torch.Tensor, n: int, seed: int, peer: int =
 
     Mosaic m takes images at indices drawn from ``numpy_rng(seed, peer, purpose)`` (uniform, with replacement)
     for its quadrants top-left, top-right, bottom-left, bottom-right, each downsampled 2× by 2×2 averaging.
-    Returns the mosaics (dtype of ``x``) and float32 multi-hot targets n×num_classes; the drawn indices are
-    in :func:`mosaic_indices`.
+    Returns the mosaics (dtype of ``x``) and multi-hot targets n×num_classes in the default float dtype; the
+    drawn indices are in :func:`mosaic_indices`.
     """
     idx = torch.as_tensor(mosaic_indices(x.shape[0], n, seed, peer, purpose), device=x.device)
     b, c, h, w = x.shape
@@ -51,7 +51,7 @@ def make_mosaic(x: torch.Tensor, y: torch.Tensor, n: int, seed: int, peer: int =
         mosaic = mosaic.round_().clamp_(0, 255).to(torch.uint8)
     else:
         mosaic = mosaic.to(x.dtype)
-    target = torch.zeros(n, num_classes, dtype=torch.float32, device=x.device)
+    target = torch.zeros(n, num_classes, device=x.device)
     target.scatter_(1, y.to(x.device).long()[idx], 1.0)
     return mosaic, target
 

@@ -73,7 +73,8 @@ def _fedbn_rule(fedbn: bool | str) -> str | None:
 
 
 class MixableState:
-    """The ordered floating tensors that gossip mixes, viewed as one float32 vector.
+    """The ordered floating tensors that gossip mixes, viewed as one vector: float64 when every tensor is
+    (a --dtype float64 run), float32 otherwise.
 
     Tensors: ``model.named_parameters()`` then the floating ``model.named_buffers()``; integer buffers
     (num_batches_tracked) are never included; with ``fedbn`` the BatchNorm tensors (``bn_tensor_names``) are
@@ -103,29 +104,31 @@ class MixableState:
         if len(devices) > 1:
             raise ModelConfigError(f"MixableState: model tensors are on several devices {sorted(map(str, devices))}")
         self.device = devices.pop() if devices else torch.device("cpu")
-        self._all_f32 = all(t.dtype == torch.float32 for t in self.tensors)
+        wide = bool(self.tensors) and all(t.dtype == torch.float64 for t in self.tensors)
+        self.dtype: torch.dtype = torch.float64 if wide else torch.float32
+        self._all_same = all(t.dtype == self.dtype for t in self.tensors)
 
     def new_buffer(self) -> torch.Tensor:
-        """An uninitialised float32 vector of length ``numel`` on the model's device (allocate once, reuse)."""
-        return torch.empty(self.numel, dtype=torch.float32, device=self.device)
+        """An uninitialised vector (``dtype``) of length ``numel`` on the model's device (allocate once, reuse)."""
+        return torch.empty(self.numel, dtype=self.dtype, device=self.device)
 
     def _check(self, vec: torch.Tensor, what: str) -> None:
-        if vec.dim() != 1 or vec.numel() != self.numel or vec.dtype != torch.float32 or not vec.is_contiguous():
+        if vec.dim() != 1 or vec.numel() != self.numel or vec.dtype != self.dtype or not vec.is_contiguous():
             raise ValueError(
-                f"MixableState.{what}: need a contiguous float32 vector of {self.numel} elements, "
+                f"MixableState.{what}: need a contiguous {str(self.dtype)[6:]} vector of {self.numel} elements, "
                 f"got shape {tuple(vec.shape)} dtype {vec.dtype}"
             )
 
     @torch.no_grad()
     def flatten(self, out: torch.Tensor | None = None) -> torch.Tensor:
-        """The mixable tensors concatenated into one float32 vector, written into ``out`` when given."""
+        """The mixable tensors concatenated into one vector (``dtype``), written into ``out`` when given."""
         if out is None:
             out = self.new_buffer()
         else:
             self._check(out, "flatten")
         if not self.tensors:
             return out
-        if self._all_f32 and out.device == self.device:
+        if self._all_same and out.device == self.device:
             torch.cat([t.detach().reshape(-1) for t in self.tensors], out=out)
         else:
             for t, v in zip(self.tensors, out.split(self.sizes)):
