@@ -4,7 +4,7 @@ the fingerprint of the machine and libraries it was recorded with (tests/golden/
 
 The runs compute in float64 (--dtype float64): two CPUs' kernels (instruction sets, BLAS builds) round
 differently, and float32 SimCLR amplifies a last-bit difference to percents within a round, while in float64 the
-runs stay within ~1e-12 of each other. So a golden holds bit for bit where its fingerprint matches and within
+runs stay within ~1e-9 of each other (RTOL's note). So a golden holds bit for bit where its fingerprint matches and within
 RTOL elsewhere (`differences`), with every key, integer, string and flag still exact.
 """
 from __future__ import annotations
@@ -19,10 +19,11 @@ from typing import Any
 GOLDEN = Path(__file__).resolve().parent / "golden"
 FINGERPRINT = GOLDEN / "FINGERPRINT.json"
 #: Relative tolerance of every float where the fingerprint differs; ATOL for values recorded as (near) zero.
-#: Measured: ATEN_CPU_CAPABILITY=default / avx2 against the AVX-512 recording moved no value by more than
-#: MEASURED_RTOL (see the closing note of issue 24); a change of computation as small as the learning rate
-#: times 1 + 1e-4 moves values by more than 1e-6 (tests/test_golden.py).
-RTOL = 1e-9
+#: Measured here against the AVX-512 recording with torch's generic kernels (ATEN_CPU_CAPABILITY=default): losses
+#: within 6e-12, the weight drifts (norms of differences of nearly equal models) within 1.0e-9. A learning rate
+#: 1e-6 relative off the golden's moves the consensus distance by 2e-6 and the losses by up to 3e-8
+#: (tests/test_golden.py asserts such a change is caught).
+RTOL = 1e-7
 ATOL = 1e-12
 
 #: Every option of a run at the value the golden files were recorded with (plumbing like out/name aside).

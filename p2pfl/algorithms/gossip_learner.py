@@ -248,7 +248,7 @@ class GossipLearner(LocalTrainer):
         out = {}
         for p, received in inbox.items():
             state = self.peers[p].full
-            params = {n for n, _ in self.peers[p].model.named_parameters()}
+            params = [n for n, _ in self.peers[p].model.named_parameters()]  # in order: the drift sums over it
             mine = dict(zip(state.names, vectors[p].split(state.sizes)))
             drifts = []
             rejected = self.ctx.exchange.reject(round, [(p, q) for q, v in received.items() if not finite(v)])
