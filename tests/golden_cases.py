@@ -4,8 +4,8 @@ the fingerprint of the machine and libraries it was recorded with (tests/golden/
 
 The runs compute in float64 (--dtype float64): two CPUs' kernels (instruction sets, BLAS builds) round
 differently, and float32 SimCLR amplifies a last-bit difference to percents within a round, while in float64 the
-runs stay within ~1e-9 of each other (RTOL's note). So a golden holds bit for bit where its fingerprint matches and within
-RTOL elsewhere (`differences`), with every key, integer, string and flag still exact.
+runs stay within ~1e-9 of each other (RTOL's note). So a golden holds bit for bit where its fingerprint matches
+and within RTOL elsewhere (`differences`), with every key, integer, string and flag still exact.
 """
 from __future__ import annotations
 
