@@ -2,7 +2,7 @@
 
 Run under mpirun (one peer per rank, a cycle):
     mpirun -n 4 python benchmarks/bench_aggregators.py [--numel 11200000] [--repeats 10]
-Each repetition times, in the same process and interleaved, a full `p2pfl.gossip.gossip` step (exchange and
+Each repetition times, in the same process and interleaved, a full `p2pfl.gossip.Gossip.mix` step (exchange and
 combination) with every aggregator; rank 0 prints the median seconds of the slowest rank and the ratio to
 `mean` (target: trimmed-mean and clipped-gossip within 2x of mean).
 """
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.cycle import cycle_arguments, cycle_exchange  # noqa: E402
 from p2pfl.byzantine import AGGREGATORS, Robust  # noqa: E402
-from p2pfl.gossip import gossip  # noqa: E402
+from p2pfl.gossip import CheckedExchange, Gossip  # noqa: E402
 from p2pfl.network import NetworkSchedule  # noqa: E402
 
 
@@ -27,13 +27,15 @@ def main() -> None:
     world, graph, ex, payload = cycle_exchange(args.numel)
     net = NetworkSchedule(world.size, graph=graph).at(1)
     x = {world.rank: payload}
+    checked = CheckedExchange(ex, world)
+    memory: dict = {}
+    gossips = {a: Gossip(checked, Robust(frozenset(), aggregator=a, trim=1), seed=0) for a in AGGREGATORS}
     times: dict[str, list[float]] = {a: [] for a in AGGREGATORS}
     for rep in range(args.repeats + 1):
         for aggregator in AGGREGATORS:
-            robust = Robust(frozenset(), aggregator=aggregator, trim=1)
             world.barrier()
             t0 = MPI.Wtime()
-            gossip(ex, net, x, round=rep, robust=robust)
+            gossips[aggregator].mix(x, net, round=rep, memory=lambda p: memory)
             seconds = world.allreduce_max(MPI.Wtime() - t0)
             if rep:  # the first repetition warms up
                 times[aggregator].append(seconds)

@@ -1,9 +1,9 @@
-"""Neighbour exchange of a ResNet-18-sized vector: p2pfl's Exchange next to a bare mpi4py exchange.
+"""Neighbour exchange of a ResNet-18-sized vector: p2pfl's Transport next to a bare mpi4py exchange.
 
 Run under mpirun (one peer per rank, a cycle):
     mpirun -n 4 python benchmarks/bench_exchange.py [--numel 11200000] [--repeats 20] [--json OUT]
 Both exchanges move the same bytes to the same neighbours in the same process, interleaved round by round;
-rank 0 prints the median seconds of each and their ratio (target: p2pfl at most 1.25x the bare exchange).
+rank 0 prints the median seconds of each and their ratio (target: p2pfl at most 1.1x the bare exchange).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import networkx as nx
 import torch
 
 import topologies
-from p2pfl.comm import Exchange, Placement, World
+from p2pfl.comm import Placement, Transport, World
 
 
 def cycle_arguments(repeats: int) -> argparse.ArgumentParser:
@@ -18,10 +18,10 @@ def cycle_arguments(repeats: int) -> argparse.ArgumentParser:
     return parser
 
 
-def cycle_exchange(numel: int) -> tuple[World, nx.Graph, Exchange, torch.Tensor]:
+def cycle_exchange(numel: int) -> tuple[World, nx.Graph, Transport, torch.Tensor]:
     """The world, a cycle over its ranks, their exchange, and this rank's payload of `numel` floats."""
     torch.set_num_threads(1)
     world = World.detect()
     graph = topologies.build("cycle", world.size)
-    exchange = Exchange(world, graph, Placement(world.size, world.size), timeout=600)
+    exchange = Transport(world, graph, Placement(world.size, world.size), timeout=600)
     return world, graph, exchange, torch.randn(numel, generator=torch.Generator().manual_seed(world.rank))

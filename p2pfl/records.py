@@ -146,10 +146,13 @@ def eval_record(round: int, final: bool, metrics: Mapping[str, float],
 # ------------------------------------------------------------------------------------------------ summary.json
 
 class CommCounters(TypedDict):
-    """One rank's traffic: wire bytes per neighbour rank, logical bytes per peer, seconds in MPI."""
+    """One rank's traffic: wire bytes per neighbour rank (the payloads' data; `header_*` the small headers that
+    announce each message's size and dtype), logical bytes per peer, seconds in MPI."""
 
     wire_sent: dict[str, int]
     wire_recv: dict[str, int]
+    header_sent: dict[str, int]
+    header_recv: dict[str, int]
     peer_sent: dict[str, int]
     peer_recv: dict[str, int]
     time_comm_s: float

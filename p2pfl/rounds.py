@@ -16,11 +16,11 @@ import networkx as nx
 import torch
 
 from p2pfl.byzantine import Robust
-from p2pfl.comm.exchange import Exchange
 from p2pfl.comm.placement import Placement
+from p2pfl.comm.transport import Transport
 from p2pfl.comm.world import World
 from p2pfl.config import RunConfig
-from p2pfl.gossip import consensus_distance
+from p2pfl.gossip import CheckedExchange, Events, Gossip, consensus_distance
 from p2pfl.network import NetworkSchedule, RoundNetwork
 from p2pfl.peerspec import PeersSpec
 from p2pfl.records import (
@@ -33,15 +33,7 @@ from p2pfl.records import (
     round_start,
     summary_record,
 )
-from p2pfl.runtime.checkpoint import (
-    ATTACKER_MEMORY,
-    load_peer,
-    load_state,
-    record_state,
-    restore_record,
-    save_peer,
-    save_state,
-)
+from p2pfl.runtime.checkpoint import load_peer, load_state, record_state, restore_record, save_peer, save_state
 from p2pfl.runtime.memory import peak_bytes
 from p2pfl.runtime.preemption import PREEMPTED_EXIT, StopSignals
 from p2pfl.runtime.progress import Progress, summary_lines
@@ -55,14 +47,17 @@ SPECTRAL_MAX_PEERS = 256
 @dataclass
 class RunContext:
     """What an algorithm sees of the run: the configuration, the graph (the support of every round's links),
-    the schedule of round networks (their weights included), this rank's peers."""
+    the schedule of round networks (their weights included), this rank's peers, and the message pipeline:
+    `checked` (encode, exchange, validate, agree) and `gossip` (mixes over it) on top of the `transport`."""
 
     cfg: RunConfig
     world: World
     graph: nx.Graph
     schedule: NetworkSchedule
     placement: Placement
-    exchange: Exchange
+    transport: Transport
+    checked: CheckedExchange
+    gossip: Gossip
     device: torch.device
     run_dir: Path
     folder: RunFolder | None = None
@@ -83,6 +78,15 @@ class RunContext:
         self.manifest_extra.update(entries)
         if self.folder is not None:
             self.folder.update_manifest(**entries)
+
+
+@dataclass
+class Phase:
+    """What a round's exchange phase (`rejoin`, `communicate`) hands the runner: per-peer metrics, which join
+    the local update's in the round record, and what its exchanges rejected and cut."""
+
+    metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    events: Events = field(default_factory=Events)
 
 
 class Algorithm:
@@ -138,13 +142,19 @@ class Algorithm:
         """The local work of the given local peers in `round` (peer by peer unless a method batches them)."""
         return {p: self.local_update(p, round) for p in peers}
 
-    def rejoin(self, round: int, net: RoundNetwork) -> None:
+    def rejoin(self, round: int, net: RoundNetwork) -> Phase | None:
         """Before local training: bring the peers back from sitting out (`net.rejoining`) up to date."""
-
-    def communicate(self, round: int, net: RoundNetwork) -> dict[int, dict[str, float]] | None:
-        """Exchange with neighbours along `net`'s links and combine; may return per-peer metrics of this phase,
-        which join the peers' local-update metrics in the round record."""
         return None
+
+    def communicate(self, round: int, net: RoundNetwork) -> Phase | None:
+        """Exchange with neighbours along `net`'s links (through `ctx.checked` or `ctx.gossip`) and combine;
+        returns the phase's per-peer metrics and events."""
+        return None
+
+    def attack_memory(self, peer: int, stream: str = "params") -> dict:
+        """What attacker `peer` remembers across rounds of the vectors it sends on `stream` (its record's
+        `attack_memory`, checkpointed with it)."""
+        return self.peers[peer].attack_memory.setdefault(stream, {})
 
     def consensus_vectors(self) -> dict[int, torch.Tensor] | None:
         """The local peers' mixed vectors for the consensus distance (None: not applicable); the runner keeps
@@ -202,9 +212,9 @@ class Runner:
         if self._fault_kind == "raise" and who == self.world.rank:
             raise RuntimeError(f"injected fault on rank {who} in round {round} (--fault)")
         if self._fault_kind == "silent" and who in self.ctx.local_peers:
-            self.ctx.exchange.silent.add(who)
+            self.ctx.checked.faults.silent.add(who)
         if self._fault_kind == "nan" and who in self.ctx.local_peers:
-            self.ctx.exchange.poisoned.add(who)
+            self.ctx.checked.faults.poisoned.add(who)
 
     def _log(self, record: RoundStart | EvalRecord) -> None:
         if self.ctx.folder is not None:
@@ -241,7 +251,7 @@ class Runner:
         peaks = world.allgather(peak_bytes(self.ctx.device))
         self.ctx.record_manifest(memory_peak={"per_rank": peaks, "max_bytes": max(p["peak_bytes"] for p in peaks)})
         extra = self.algo.summary()
-        stats = world.gather(self.ctx.exchange.stats.snapshot())
+        stats = world.gather(self.ctx.transport.stats.snapshot())
         if not world.is_root:
             return None
         summary = summary_record(
@@ -273,11 +283,7 @@ class Runner:
     def checkpoint(self, round: int) -> None:
         """Save every local peer's state for `round`; collective."""
         for peer in self.ctx.local_peers:
-            state = record_state(self.algo.peers[peer])
-            remembered = {kind: m for (p, kind), m in self.ctx.robust.memory.items() if p == peer}
-            if remembered:  # an attacker's memory (ALIE: what it heard; stale: its first message)
-                state[ATTACKER_MEMORY] = remembered
-            save_peer(self.ctx.run_dir, peer, round, state)
+            save_peer(self.ctx.run_dir, peer, round, record_state(self.algo.peers[peer]))
         self.world.barrier()
         if self.world.is_root:
             save_state(self.ctx.run_dir, round, self.ctx.n_peers)
@@ -290,8 +296,6 @@ class Runner:
         for peer in self.ctx.local_peers:
             saved = load_peer(self.ctx.run_dir, peer, state["round"], self.ctx.device)
             restore_record(self.algo.peers[peer], saved, self.ctx.device, source=f"the checkpoint of peer {peer}")
-            for kind, m in saved.get(ATTACKER_MEMORY, {}).items():
-                self.ctx.robust.memory[(peer, kind)] = m
         self.first_round = state["round"] + 1
         return state["round"]
 
@@ -314,15 +318,17 @@ class Runner:
         if self.world.is_root:
             self._links.append((net.links, net.offered))
         self._inject_fault(t)
-        stats = ctx.exchange.stats
+        stats = ctx.transport.stats
         sent0, recv0 = dict(stats.peer_sent), dict(stats.peer_recv)
         comm0, wait0 = stats.time_comm_s, stats.time_wait_s
         t0 = time.perf_counter()
-        self.algo.rejoin(t, net)
+        rejoined = self.algo.rejoin(t, net) or Phase()
         per_peer = self.algo.local_updates([p for p in ctx.local_peers if p in net.active], t)
         t1 = time.perf_counter()
-        for p, metrics in (self.algo.communicate(t, net) or {}).items():
+        communicated = self.algo.communicate(t, net) or Phase()
+        for p, metrics in communicated.metrics.items():
             per_peer.setdefault(p, {}).update(metrics)
+        events = rejoined.events + communicated.events
         t2 = time.perf_counter()
         cd = self._consensus()
         comm = stats.time_comm_s - comm0
@@ -333,8 +339,8 @@ class Runner:
             "recv": {p: stats.peer_recv.get(p, 0) - recv0.get(p, 0) for p in ctx.local_peers},
             "compute_s": (t1 - t0) + (t2 - t1 - comm - wait), "comm_s": comm, "wait_s": wait,
             "local_s": t1 - t0,
-            "rejected": ctx.exchange.take_rejected(), "rolled_back": sorted(self.algo.rolled_back),
-            "cut": ctx.exchange.take_cut(),
+            "rejected": list(events.rejected), "rolled_back": sorted(self.algo.rolled_back),
+            "cut": list(events.cut),
         }
         self.algo.rolled_back = []
         parts = self.world.gather(part)

@@ -11,10 +11,11 @@ import numpy as np
 import topologies
 from p2pfl import algorithms
 from p2pfl.byzantine import Robust, choose_byzantine
-from p2pfl.comm.exchange import Exchange
 from p2pfl.comm.placement import Placement
+from p2pfl.comm.transport import Transport
 from p2pfl.comm.world import World
 from p2pfl.config import ResolvedRun, RunConfig, parse_args, resolve, to_yaml
+from p2pfl.gossip import CheckedExchange, Gossip
 from p2pfl.network import NetworkSchedule
 from p2pfl.records import Host, Seeds
 from p2pfl.rounds import Algorithm, RunContext, Runner
@@ -37,10 +38,9 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     configure_determinism(cfg.threads, device)
     allocator = keep_freed_memory()
     placement = Placement(n_peers, world.size)
-    exchange = Exchange(world, graph, placement, timeout=cfg.timeout, chunk_bytes=cfg.chunk_mb << 20,
-                        cuda_aware=cfg.cuda_aware_mpi)
-    exchange.reject_nonfinite = cfg.on_nonfinite == "rollback"
-    exchange.seed = cfg.seed
+    transport = Transport(world, graph, placement, timeout=cfg.timeout, chunk_bytes=cfg.chunk_mb << 20,
+                          cuda_aware=cfg.cuda_aware_mpi)
+    checked = CheckedExchange(transport, world, reject_nonfinite=cfg.on_nonfinite == "rollback")
     robust = Robust(choose_byzantine(cfg.byzantine, n_peers, cfg.seed), attack=cfg.attack, scale=cfg.attack_scale,
                     aggregator=cfg.aggregator, trim=cfg.trim, clip_radius=cfg.clip_radius)
     resume_round = None
@@ -69,7 +69,8 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
         if warning:
             print(f"p2pfl: warning: {warning}", flush=True)
     return RunContext(cfg=cfg, world=world, graph=graph, schedule=schedule, placement=placement,
-                      exchange=exchange, device=device, run_dir=run_dir, folder=folder, spec=run.spec, robust=robust)
+                      transport=transport, checked=checked, gossip=Gossip(checked, robust, cfg.seed), device=device,
+                      run_dir=run_dir, folder=folder, spec=run.spec, robust=robust)
 
 
 def build_network(cfg: RunConfig) -> tuple[nx.Graph, NetworkSchedule, dict]:

@@ -107,7 +107,7 @@ def test_scaffold_mixes_control_variates_as_a_second_message(tmp_path: Path) -> 
     for p in peers:
         algo.local_update(p, 1)
     controls = torch.stack([algo.peers[p].c_local.double() for p in peers])
-    stats = algo.ctx.exchange.stats
+    stats = algo.ctx.transport.stats
     sent0 = dict(stats.peer_sent)
     algo.communicate(1, algo.ctx.schedule.at(1, active=set(peers)))
     for p in peers:  # complete + uniform: the mix is the mean, i.e. SCAFFOLD's server control variate
@@ -124,7 +124,7 @@ def test_solo_never_communicates(tmp_path: Path) -> None:
     trained = one_round(algo, 1)
     for p in algo.ctx.local_peers:
         assert torch.equal(state_vector(algo.peers[p].model), trained[p])
-    assert sum(algo.ctx.exchange.stats.peer_sent.values()) == 0
+    assert sum(algo.ctx.transport.stats.peer_sent.values()) == 0
     assert not torch.equal(trained[0], trained[1])
 
 

@@ -117,11 +117,11 @@ def test_each_cluster_mixes_its_members_and_empty_clusters_are_kept(tmp_path: Pa
         copies[p] = [m.flatten().double() for m in peer.copy_mixable]
     net = algo.ctx.schedule.at(1)
     if poisoned is not None:
-        algo.ctx.exchange.poisoned.add(poisoned)
-    algo.communicate(1, net)
+        algo.ctx.checked.faults.poisoned.add(poisoned)
+    phase = algo.communicate(1, net)
     if poisoned is not None:  # its links fail both ways; the weights are those of the graph without them
         lost = [(q, poisoned) for q in algo.ctx.graph.neighbors(poisoned)]
-        assert sorted(algo.ctx.exchange.take_rejected()) == sorted(lost)
+        assert sorted(phase.events.rejected) == sorted(lost)
         net = net.without(lost)
     for p, peer in algo.peers.items():
         row = net.row(p)

@@ -181,8 +181,8 @@ def test_alignment_with_partial_participation_leaves_inactive_peers_alone(tmp_pa
     algo.communicate(1, algo.ctx.schedule.at(1, active={0, 2, 3}))
     assert changed(before[1], algo.peers[1].model) == set()
     assert {p for p, peer in algo.peers.items() if peer.last_align is not None} == {0, 2, 3}
-    assert algo.ctx.exchange.stats.peer_sent.get(1, 0) == 0
-    assert algo.ctx.exchange.stats.peer_sent[0] == 2 * 8 * 16 * 4  # two active neighbours, B x d float32
+    assert algo.ctx.transport.stats.peer_sent.get(1, 0) == 0
+    assert algo.ctx.transport.stats.peer_sent[0] == 2 * 8 * 16 * 4  # two active neighbours, B x d float32
 
 
 @pytest.fixture

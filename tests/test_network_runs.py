@@ -81,7 +81,7 @@ def test_server_on_a_star_equals_complete_uniform_and_counts_the_hubs_bytes(tmp_
     for p in range(6):
         assert torch.equal(server.peers[p].x, fedavg.peers[p].x)  # same weights, same order: bit for bit
         torch.testing.assert_close(server.peers[p].x.double(), expected, rtol=0, atol=1e-6)
-    stats, vector = server.ctx.exchange.stats, 50 * 4
+    stats, vector = server.ctx.transport.stats, 50 * 4
     assert stats.peer_sent[0] == stats.peer_recv[0] == 5 * vector  # the hub: up from 5 leaves, back to them
     assert all(stats.peer_sent[p] == stats.peer_recv[p] == vector for p in range(1, 6))
 

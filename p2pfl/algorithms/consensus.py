@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 
 from p2pfl.algorithms.peer import ConsensusPeer
-from p2pfl.gossip import exact_mean, gossip
+from p2pfl.gossip import exact_mean
 from p2pfl.network import RoundNetwork
-from p2pfl.rounds import Algorithm, RunContext
+from p2pfl.rounds import Algorithm, Phase, RunContext
 from p2pfl.seeding import torch_generator
 
 
@@ -38,10 +38,12 @@ class Consensus(Algorithm):
         mine = {p: v for p, v in self.consensus_vectors().items() if p in honest}
         self.honest_mean = exact_mean(self.ctx.world, mine, len(honest), like=like)
 
-    def communicate(self, round: int, net: RoundNetwork) -> None:
+    def communicate(self, round: int, net: RoundNetwork) -> Phase:
         vectors = {p: peer.x for p, peer in self.peers.items() if p in net.active}
-        for p, x in gossip(self.ctx.exchange, net, vectors, round, robust=self.ctx.robust).items():
+        mixed = self.ctx.gossip.mix(vectors, net, round, memory=self.attack_memory)
+        for p, x in mixed.vectors.items():
             self.peers[p].x = x
+        return Phase(events=mixed.events)
 
     def consensus_vectors(self) -> dict[int, torch.Tensor]:
         return {p: peer.x for p, peer in self.peers.items()}

@@ -55,6 +55,7 @@ from p2pfl.losses import nt_xent
 from p2pfl.losses.featarc import alignment_regulariser, alignment_scores, assign_cluster
 from p2pfl.models import MixableState, SimCLRNet, build_encoder, init_model
 from p2pfl.network import RoundNetwork
+from p2pfl.rounds import Phase
 from p2pfl.seeding import SHARED, torch_generator
 
 
@@ -193,24 +194,22 @@ class DecFeatARC(DecSSL):
         k = int(value)
         return k if k == value and 0 <= k < self.n_clusters else None
 
-    def communicate(self, round: int, net: RoundNetwork) -> None:
+    def communicate(self, round: int, net: RoundNetwork) -> Phase | None:
         if not self.communicates:
-            return
+            return None
         vectors = {}
         for p, peer in self.peers.items():
             if p in net.active:
                 peer.mixable.flatten(peer.message[:-1])
                 peer.message[-1] = float(peer.cluster)
                 vectors[p] = peer.message
-        inbox = self.ctx.exchange.exchange(vectors, round, kind="params", links=net.incoming)
-        bad = [(p, q) for p, received in inbox.items() for q, v in received.items() if self._cluster_of(v) is None]
-        rejected = self.ctx.exchange.reject(round, bad, agree=True)
-        if rejected:
-            net = net.without(rejected)
+        delivered = self.ctx.checked.exchange(vectors, round, net.incoming, net=net,
+                                              valid=lambda v: self._cluster_of(v) is not None)
+        assert delivered.net is not None
         sizes = self.mix_sizes()
-        for p, received in inbox.items():
-            kept = {q: v for q, v in received.items() if q in net.incoming.get(p, ())}
-            self.mix_clusters(self.peers[p], vectors[p], kept, net.row(p, sizes))
+        for p in delivered.inbox:
+            self.mix_clusters(self.peers[p], vectors[p], delivered.kept(p), delivered.net.row(p, sizes))
+        return Phase(events=delivered.events)
 
     def mix_clusters(self, peer: FeatARCPeer, own: torch.Tensor, received: dict[int, torch.Tensor],
                      row: list[tuple[int, float]]) -> None:

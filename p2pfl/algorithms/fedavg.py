@@ -27,10 +27,10 @@ from p2pfl.algorithms.gossip_learner import GossipLearner, GossipPeer
 from p2pfl.algorithms.peer import Peer, derived
 from p2pfl.algorithms.scoring import classifier_scores, classifier_scores_stacked
 from p2pfl.data import supervised_apply, supervised_draw
-from p2pfl.gossip import gossip
 from p2pfl.models import MoonNet, build_encoder
 from p2pfl.models.stacked import PeerStack
 from p2pfl.network import RoundNetwork
+from p2pfl.rounds import Phase
 
 MOON_PROJ_DIM = 256  # MOON's out_dim (the projection width of ModelFedCon), fixed as in the paper
 FEDPROX_MU = 0.01
@@ -192,9 +192,10 @@ class Scaffold(FedAvg):
         peer.c_local = peer.c_local - peer.c_mix + (peer.w_start - w) / (steps * lr)
         peer.correction = None
 
-    def communicate(self, round: int, net: RoundNetwork) -> None:
-        super().communicate(round, net)
+    def communicate(self, round: int, net: RoundNetwork) -> Phase | None:
+        params = super().communicate(round, net) or Phase()
         controls = {p: peer.c_local for p, peer in self.peers.items() if p in net.active}
-        mixed = gossip(self.ctx.exchange, net, controls, round, sizes=None, kind="control", robust=self.ctx.robust)
-        for p, vec in mixed.items():
+        mixed = self.ctx.gossip.mix(controls, net, round, memory=lambda p: self.attack_memory(p, "control"))
+        for p, vec in mixed.vectors.items():
             self.peers[p].c_mix = vec
+        return Phase(params.metrics, params.events + mixed.events)

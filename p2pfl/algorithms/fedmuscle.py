@@ -44,14 +44,14 @@ from p2pfl.algorithms.trainer import LocalTrainer
 from p2pfl.data import PeerData, normalize, supervised_augment
 from p2pfl.data.multitask import MultiTaskWorkload, PeerTask, load_multitask_workload
 from p2pfl.evaluation import features, multilabel_scores
-from p2pfl.gossip import finite
+from p2pfl.gossip import Events
 from p2pfl.losses.align import GRAM_LABEL_SMOOTHING, align_loss, align_temperatures, anchor_gradient_cosine
 from p2pfl.models import RepresentationNet, SupervisedNet, build_encoder, count_parameters, init_model
 from p2pfl.network import RoundNetwork
 from p2pfl.peerspec import PeersSpec, uniform_spec
 from p2pfl.pretrain import load_into
 from p2pfl.records import Summary
-from p2pfl.rounds import RunContext
+from p2pfl.rounds import Phase, RunContext
 from p2pfl.runtime.progress import format_bytes
 from p2pfl.seeding import SHARED, numpy_rng, torch_generator
 
@@ -193,7 +193,7 @@ class FedMuscle(LocalTrainer):
         peer.model.train()
         return F.normalize(peer.model.represent(x).to(torch.get_default_dtype()), dim=1)
 
-    def communicate(self, round: int, net: RoundNetwork) -> dict[int, dict[str, float]] | None:
+    def communicate(self, round: int, net: RoundNetwork) -> Phase | None:
         cfg = self.cfg
         if not self.communicates or cfg.contrastive_steps == 0:
             return None
@@ -202,18 +202,19 @@ class FedMuscle(LocalTrainer):
         opts = {peer.id: self.for_round(peer.rep_optimizer, round) for peer in local}
         used: dict[int, list[int]] = {}  # per peer, the M of each step
         cosines: dict[int, list[float]] = {}  # per peer, cos(∇ loss, ∇ pairwise) at the anchor, each step
+        events = Events()
         for step in range(cfg.contrastive_steps):
             idx_np = public_batch_indices(cfg.seed, round, step, self.work.n_public, cfg.public_batch)
             idx = torch.as_tensor(idx_np, device=self.ctx.device)
             reps = {peer.id: self.represent(peer, idx) for peer in local}
             payloads = {p: z.detach().contiguous() for p, z in reps.items()}
-            inbox = self.ctx.exchange.exchange(payloads, round, kind="reps", links=net.incoming)
-            rejected = self.ctx.exchange.reject(round, [(p, q) for p, got in inbox.items() for q, z in got.items()
-                                                        if not finite(z)])
+            delivered = self.ctx.checked.exchange(payloads, round, net.incoming)
+            events += delivered.events
+            inbox = delivered.inbox
             for peer in local:
                 p = peer.id
                 peer.public_digest = zlib.crc32(idx_np.astype(np.int64).tobytes(), peer.public_digest)
-                heard = [q for q in inbox[p] if (p, q) not in rejected]
+                heard = [q for q in inbox[p] if (p, q) not in delivered.rejected]
                 chosen = sample_neighbours(cfg.seed, p, round, step, heard, cfg.muscle_m)
                 peer.sample_digest = zlib.crc32(np.asarray([-1, *chosen], dtype=np.int64).tobytes(),
                                                 peer.sample_digest)
@@ -230,13 +231,13 @@ class FedMuscle(LocalTrainer):
                 loss.backward()
                 opts[p].step()
                 peer.last_align = float(loss.detach())
-            del reps, payloads, inbox
+            del reps, payloads, inbox, delivered
         aligned: dict[int, dict[str, float]] = {}
         for p, ms in used.items():
             aligned[p] = {"muscle_loss": self.peers[p].last_align, "muscle_m": sum(ms) / len(ms)}
             if p in cosines:
                 aligned[p]["grad_cos_pairwise"] = sum(cosines[p]) / len(cosines[p])
-        return aligned
+        return Phase(aligned, events)
 
     # ------------------------------------------------------------------ evaluation
     def score_peer(self, peer: MusclePeer) -> dict[str, Any]:
@@ -275,7 +276,7 @@ class FedMuscle(LocalTrainer):
 
     def summary(self) -> dict[str, Any]:
         cfg, ctx = self.cfg, self.ctx
-        stats = ctx.exchange.stats
+        stats = ctx.transport.stats
         mine = {p: int(stats.peer_sent.get(p, 0)) for p in ctx.local_peers}
         parts = ctx.world.gather(mine)
         if parts is None:

@@ -19,11 +19,11 @@ from p2pfl.algorithms.trainer import LocalTrainer
 from p2pfl.data import ImageDataset, PeerData, SimCLRAugment, simclr_crop_scale
 from p2pfl.data.workload import Workload, load_workload
 from p2pfl.evaluation import weight_drift
-from p2pfl.gossip import exact_mean, finite, gossip, pull
+from p2pfl.gossip import exact_mean
 from p2pfl.models import MixableState, init_model
 from p2pfl.models.stacked import PeerStack
 from p2pfl.network import RoundNetwork
-from p2pfl.rounds import RunContext
+from p2pfl.rounds import Phase, RunContext
 from p2pfl.seeding import SHARED, torch_generator
 
 #: Metrics of an encoder's representation (scoring.representation_scores): each is also reported for the
@@ -141,22 +141,23 @@ class GossipLearner(LocalTrainer):
         """The mixable state of the local active peers, flattened into their message buffers."""
         return {p: peer.mixable.flatten(peer.buffer) for p, peer in self.peers.items() if p in net.active}
 
-    def communicate(self, round: int, net: RoundNetwork) -> None:
+    def communicate(self, round: int, net: RoundNetwork) -> Phase | None:
         if not self.communicates:
-            return
-        mixed = gossip(self.ctx.exchange, net, self.active_vectors(net), round, self.mix_sizes(),
-                       robust=self.ctx.robust)
-        for p, vec in mixed.items():
+            return None
+        mixed = self.ctx.gossip.mix(self.active_vectors(net), net, round, self.mix_sizes(), self.attack_memory)
+        for p, vec in mixed.vectors.items():
             self.peers[p].mixable.unflatten_(vec)
+        return Phase(events=mixed.events)
 
-    def rejoin(self, round: int, net: RoundNetwork) -> None:
-        """--rejoin mix: a peer back from sitting out first takes its fresh neighbours' mix (p2pfl.gossip.pull)
-        and trains from there, as a FedAvg client starts from the current global model."""
+    def rejoin(self, round: int, net: RoundNetwork) -> Phase | None:
+        """--rejoin mix: a peer back from sitting out first takes its fresh neighbours' mix (Gossip.pull) and
+        trains from there, as a FedAvg client starts from the current global model."""
         if not self.communicates or self.cfg.rejoin != "mix" or not net.rejoining:
-            return
-        mixed = pull(self.ctx.exchange, net, self.active_vectors(net), round, net.rejoining, self.mix_sizes())
-        for p, vec in mixed.items():
+            return None
+        mixed = self.ctx.gossip.pull(self.active_vectors(net), net, round, net.rejoining, self.mix_sizes())
+        for p, vec in mixed.vectors.items():
             self.peers[p].mixable.unflatten_(vec)
+        return Phase(events=mixed.events)
 
     def consensus_vectors(self) -> dict[int, torch.Tensor]:
         return {p: peer.mixable.flatten(peer.buffer) for p, peer in self.peers.items()}
@@ -243,19 +244,15 @@ class GossipLearner(LocalTrainer):
         """Mean d_w between each alive local peer and its alive neighbours in the support graph (one extra
         exchange of full states)."""
         vectors = {p: self.peers[p].full.flatten() for p in self.alive_peers()}
-        links = self.ctx.exchange.all_links(self.evaluated())
-        inbox = self.ctx.exchange.exchange(vectors, round, kind="params", links=links)
+        delivered = self.ctx.checked.exchange(vectors, round, self.ctx.transport.all_links(self.evaluated()))
         out = {}
-        for p, received in inbox.items():
+        for p in delivered.inbox:
             state = self.peers[p].full
             params = [n for n, _ in self.peers[p].model.named_parameters()]  # in order: the drift sums over it
             mine = dict(zip(state.names, vectors[p].split(state.sizes)))
             drifts = []
-            rejected = self.ctx.exchange.reject(round, [(p, q) for q, v in received.items() if not finite(v)])
-            for q in sorted(received):
-                if (p, q) in rejected:
-                    continue
-                theirs = dict(zip(state.names, received[q].split(state.sizes)))
+            for theirs_flat in delivered.kept(p).values():
+                theirs = dict(zip(state.names, theirs_flat.split(state.sizes)))
                 drifts.append(weight_drift({n: mine[n] for n in params}, {n: theirs[n] for n in params}))
             out[p] = sum(drifts) / len(drifts) if drifts else 0.0
         return out

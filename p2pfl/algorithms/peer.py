@@ -33,6 +33,9 @@ class Peer:
     data: PeerData
     augment_rng: torch.Generator
     optimizer: torch.optim.Optimizer
+    #: What the peer remembers as an attacker (--byzantine) across rounds, per stream of vectors it sends: ALIE
+    #: what it heard, stale its first message (p2pfl.gossip.codec.Attacking); empty for honest peers.
+    attack_memory: dict[str, Any] = field(default_factory=dict, kw_only=True)
 
 
 @dataclass(eq=False)
@@ -41,6 +44,7 @@ class ConsensusPeer:
 
     id: int = field(metadata={CHECKPOINT: False})
     x: torch.Tensor
+    attack_memory: dict[str, Any] = field(default_factory=dict, kw_only=True)  # as Peer's
 
 
 class ModelPool:

@@ -15,7 +15,7 @@ the median select by elementwise min/max in reused scratch vectors, never by a s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -34,39 +34,40 @@ class Robust:
     aggregator: str = "mean"
     trim: int = 1
     clip_radius: float | None = None
-    #: What attackers remember between rounds (ALIE: what they heard; stale: their first message).
-    memory: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def active(self) -> bool:
         return bool(self.byzantine) or self.aggregator != "mean"
 
 
-#: Scratch vectors reused across rounds, by (slot, shape, dtype, device): a fresh 45 MB buffer costs a CPU
-#: more in page faults than the arithmetic done in it. Held: 2·trim + 2 model-sized vectors while robust.
-_SCRATCH: dict[tuple[Any, ...], torch.Tensor] = {}
+class Scratch:
+    """Scratch vectors reused across rounds, by (slot, shape, dtype, device): a fresh 45 MB buffer costs a CPU
+    more in page faults than the arithmetic done in it. Held: 2·trim + 2 model-sized vectors while robust. One
+    per run (the gossip pipeline's); it holds no state, only room."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[Any, ...], torch.Tensor] = {}
+
+    def __call__(self, slot: str, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        key = (slot, like.shape, dtype or like.dtype, like.device)
+        if key not in self._buffers:
+            self._buffers[key] = torch.empty_like(like, dtype=dtype or like.dtype)
+        return self._buffers[key]
 
 
-def _scratch(slot: str, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    key = (slot, like.shape, dtype or like.dtype, like.device)
-    if key not in _SCRATCH:
-        _SCRATCH[key] = torch.empty_like(like, dtype=dtype or like.dtype)
-    return _SCRATCH[key]
-
-
-def _extremes(rows: list[torch.Tensor], k: int, largest: bool) -> list[torch.Tensor]:
+def _extremes(rows: list[torch.Tensor], k: int, largest: bool, scratch: Scratch) -> list[torch.Tensor]:
     """The k smallest (or largest) values of each coordinate over `rows`, kept ordered by insertion with
     elementwise min/max into scratch buffers: O(n·k) passes over the vector, no sort and no index tensor
     (a sort along the short neighbour axis costs ten times the gossip mean on a CPU)."""
     inner, outer = (torch.maximum, torch.minimum) if largest else (torch.minimum, torch.maximum)
     side = "high" if largest else "low"
-    keep = [_scratch(f"{side}{i}", rows[0]) for i in range(k)]
+    keep = [scratch(f"{side}{i}", rows[0]) for i in range(k)]
     if k == 1:
         inner(rows[0], rows[1], out=keep[0])
         for row in rows[2:]:
             inner(keep[0], row, out=keep[0])
         return keep
-    carry, spare = _scratch(f"{side}-carry", rows[0]), _scratch(f"{side}-spare", rows[0])
+    carry, spare = scratch(f"{side}-carry", rows[0]), scratch(f"{side}-spare", rows[0])
     for filled, row in enumerate(rows):
         x = row
         for i in range(min(filled, k)):
@@ -80,7 +81,9 @@ def _extremes(rows: list[torch.Tensor], k: int, largest: bool) -> list[torch.Ten
     return keep
 
 
-def trimmed_mean(own: torch.Tensor, received: dict[int, torch.Tensor], trim: int) -> tuple[torch.Tensor, list[int]]:
+def trimmed_mean(own: torch.Tensor, received: dict[int, torch.Tensor], trim: int, scratch: Scratch | None = None
+                 ) -> tuple[torch.Tensor, list[int]]:
+    scratch = scratch or Scratch()
     order = [-1, *sorted(received)]
     rows = [own, *(received[j] for j in order[1:])]
     n = len(rows)
@@ -89,19 +92,20 @@ def trimmed_mean(own: torch.Tensor, received: dict[int, torch.Tensor], trim: int
         out.add_(row)
     if n < 2 * trim + 1 or trim == 0:
         return out.div_(n), []
-    low, high = _extremes(rows, trim, largest=False), _extremes(rows, trim, largest=True)
+    low, high = _extremes(rows, trim, False, scratch), _extremes(rows, trim, True, scratch)
     for v in (*low, *high):
         out.sub_(v)
     out.div_(n - 2 * trim)
-    return out, _trimmed_most(order, rows, low[-1], high[-1])
+    return out, _trimmed_most(order, rows, low[-1], high[-1], scratch)
 
 
-def _trimmed_most(order: list[int], rows: list[torch.Tensor], low: torch.Tensor, high: torch.Tensor) -> list[int]:
+def _trimmed_most(order: list[int], rows: list[torch.Tensor], low: torch.Tensor, high: torch.Tensor,
+                  scratch: Scratch) -> list[int]:
     """Neighbours whose value is at or beyond the trim-th smallest or largest (so dropped; exact for distinct
     values) in more than half of the coordinates, counted on a regular sample of at most 2^20 coordinates."""
     step = -(-low.numel() // (1 << 20))
     low, high = low[::step], high[::step]
-    below, above = _scratch("below", low, torch.bool), _scratch("above", low, torch.bool)
+    below, above = scratch("below", low, torch.bool), scratch("above", low, torch.bool)
     cut = []
     for j, row in zip(order[1:], rows[1:]):
         torch.le(row[::step], low, out=below)
@@ -111,9 +115,10 @@ def _trimmed_most(order: list[int], rows: list[torch.Tensor], low: torch.Tensor,
     return cut
 
 
-def median(own: torch.Tensor, received: dict[int, torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
+def median(own: torch.Tensor, received: dict[int, torch.Tensor], scratch: Scratch | None = None
+           ) -> tuple[torch.Tensor, list[int]]:
     """The coordinate-wise median: the trimmed mean that keeps the middle one (odd) or two (even) values."""
-    out, _ = trimmed_mean(own, received, (len(received)) // 2)
+    out, _ = trimmed_mean(own, received, (len(received)) // 2, scratch)
     return out, []
 
 
@@ -147,12 +152,13 @@ def adaptive_radius(norms: dict[int, float], weights: dict[int, float], trim: in
 
 
 def aggregate(robust: Robust, peer: int, own: torch.Tensor, received: dict[int, torch.Tensor],
-              row: list[tuple[int, float]]) -> tuple[torch.Tensor, list[int]]:
-    """Peer's combination of its own vector and its neighbours' under the run's aggregator."""
+              row: list[tuple[int, float]], scratch: Scratch | None = None) -> tuple[torch.Tensor, list[int]]:
+    """Peer's combination of its own vector and its neighbours' under the run's aggregator (`scratch`: room
+    reused across calls)."""
     if robust.aggregator == "trimmed-mean":
-        return trimmed_mean(own, received, robust.trim)
+        return trimmed_mean(own, received, robust.trim, scratch)
     if robust.aggregator == "median":
-        return median(own, received)
+        return median(own, received, scratch)
     if robust.aggregator == "clipped-gossip":
         return clipped_gossip(own, received, row, peer, robust.trim, robust.clip_radius)
     acc = torch.zeros_like(own)

@@ -1,6 +1,6 @@
-"""Processes, placement of peers on ranks, and the neighbour exchange (the wire lives here alone)."""
-from p2pfl.comm.exchange import CommStats, Exchange
+"""Processes, placement of peers on ranks, and the transport between them (the wire lives here alone)."""
 from p2pfl.comm.placement import Placement
+from p2pfl.comm.transport import CommStats, Pending, Transport
 from p2pfl.comm.world import World
 
-__all__ = ["CommStats", "Exchange", "Placement", "World"]
+__all__ = ["CommStats", "Pending", "Placement", "Transport", "World"]

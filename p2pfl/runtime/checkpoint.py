@@ -22,8 +22,6 @@ from p2pfl.runtime.files import write_atomic
 
 CHECKPOINT = "checkpoint"
 FORMAT = "p2pfl-checkpoint-1"
-#: The key of an attacker's memory between rounds in its peer file (beside its record's fields).
-ATTACKER_MEMORY = "__attacker_memory__"
 
 
 def _saved(value: Any) -> Any:

@@ -13,7 +13,7 @@ import time
 import networkx as nx
 import torch
 
-from p2pfl.comm import Exchange, Placement, World
+from p2pfl.comm import Placement, Transport, World
 
 PIECE = 1 << 26
 
@@ -23,7 +23,7 @@ def main(n_bytes: int) -> None:
     assert world.size == 2, "run on 2 ranks"
     graph = nx.Graph([(0, 1)])
     placement = Placement(2, 2)
-    exchange = Exchange(world, graph, placement, timeout=600)
+    exchange = Transport(world, graph, placement, timeout=600)
     me = world.rank
     n = n_bytes // 4
     payload = torch.arange(n, dtype=torch.int32)

@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 import topologies
-from p2pfl.comm import Exchange, Placement, World
-from p2pfl.gossip import gossip
+from p2pfl.byzantine import Robust
+from p2pfl.comm import Placement, Transport, World
+from p2pfl.gossip import CheckedExchange, Gossip
 from p2pfl.network import NetworkSchedule
 
 N_PEERS = 7
@@ -34,9 +35,9 @@ def main(out: str) -> None:
             graph = topologies.build(name, N_PEERS, seed=3)
             net = NetworkSchedule(N_PEERS, seed=3, graph=graph, mixing="metropolis").at(1, active=active)
             placement = Placement(N_PEERS, world.size)
-            ex = Exchange(world, graph, placement, timeout=60, chunk_bytes=1000)
+            ex = Transport(world, graph, placement, timeout=60, chunk_bytes=1000)
             mine = {p: X[p].clone() for p in placement.peers_of(world.rank) if p in active}
-            mixed = gossip(ex, net, mine, round=1)
+            mixed = Gossip(CheckedExchange(ex, world), Robust(frozenset()), seed=0).mix(mine, net, round=1).vectors
             # central reference: Metropolis recomputed on the active peers' subgraph, a dense matmul in float64
             sub = graph.subgraph(active)
             Wa = np.eye(N_PEERS)

@@ -1,0 +1,372 @@
+"""The wire: along the links of a call (receiver <- senders, edges of the support graph only), every sending
+peer's payload reaches each of its receivers once. It only transports: what a payload holds, whether it is
+sound and how it is combined are the gossip pipeline's (p2pfl.gossip).
+
+Co-located peers hand each other their tensors through memory. Peers on other ranks exchange over an MPI
+distributed-graph communicator that links exactly the ranks hosting adjacent peers. A payload is any contiguous
+tensor, its size, dtype and shape free per sender and per call: each remote message is a small header (bytes,
+dtype, shape) followed by the data, never pickled, so the receiver learns what comes and allocates it fresh (no
+buffer is shared between calls). A payload that a rank sends to several peers on the same remote rank travels
+once. Data larger than `chunk_bytes` travels in chunks, so payloads over 2 GiB work. GPU tensors are staged
+through pinned host memory unless MPI is CUDA-aware.
+
+A call names its links: for each receiving peer, the peers it hears from (by default every graph neighbour).
+Links may be one-way (the one-peer exponential graph, a server's two hops) and change every call; every rank
+computes the same links and makes the same calls in the same order, so a rank posts exactly the receives that
+will be matched and no wait is for a peer that is not coming.
+
+Tags come from the call's sequence number (counted alike on every rank), the sending peer and the part
+(header or data): two calls in flight never match each other's messages, any number of calls a round works,
+and a missing message shows up as a wait on that very peer. Within one call and pair of ranks, messages are
+listed in ascending sending-peer order on both sides (MPI keeps same-tag messages in order).
+
+`start` posts a call and returns at once (`Pending`); compute, then `wait` for the inboxes. `exchange` is
+start-then-wait.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from p2pfl.comm.placement import Placement
+from p2pfl.comm.watchdog import Watchdog
+from p2pfl.comm.world import POLL_FIRST_S, POLL_MAX_S, World
+
+Links = Mapping[int, Sequence[int]]  # receiving peer -> the peers it hears from (a global view, the same on every rank)
+Inbox = dict[int, dict[int, torch.Tensor]]  # local receiver -> {sender: payload}, senders ascending
+TIMEOUT_EXIT = 3  # exit status of a job whose exchange waited past --timeout
+_MAX_DIMS = 8
+_HEADER = 3 + _MAX_DIMS  # nbytes, dtype code, ndim, shape
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
+           torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)
+_CODE = {d: i for i, d in enumerate(_DTYPES)}
+
+
+@dataclass
+class CommStats:
+    """Counters of one rank: wire bytes per neighbour rank (the payloads' data, and apart the headers announcing
+    each message), logical bytes per peer (the payloads of its links, as sent), seconds spent."""
+
+    wire_sent: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    wire_recv: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    header_sent: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    header_recv: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    peer_sent: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    peer_recv: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    time_comm_s: float = 0.0
+    time_wait_s: float = 0.0
+
+    def snapshot(self) -> dict:
+        return {"wire_sent": dict(self.wire_sent), "wire_recv": dict(self.wire_recv),
+                "header_sent": dict(self.header_sent), "header_recv": dict(self.header_recv),
+                "peer_sent": dict(self.peer_sent), "peer_recv": dict(self.peer_recv),
+                "time_comm_s": self.time_comm_s, "time_wait_s": self.time_wait_s}
+
+
+def nbytes(t: torch.Tensor) -> int:
+    """The bytes of a payload's data."""
+    return t.numel() * t.element_size()
+
+
+def _host_array(t: torch.Tensor) -> np.ndarray:
+    """The bytes of a contiguous CPU tensor as a uint8 array (any dtype, bfloat16 and bool included)."""
+    return t.reshape(-1).view(torch.uint8).numpy() if t.numel() else np.empty(0, dtype=np.uint8)
+
+
+def _header(t: torch.Tensor) -> np.ndarray:
+    if t.dim() > _MAX_DIMS or t.dtype not in _CODE:
+        raise ValueError(f"transport: payloads of at most {_MAX_DIMS} dimensions and a dtype of {_DTYPES}, got "
+                         f"{tuple(t.shape)} {t.dtype}")
+    head = np.zeros(_HEADER, dtype=np.int64)
+    head[:3] = (nbytes(t), _CODE[t.dtype], t.dim())
+    head[3:3 + t.dim()] = t.shape
+    return head
+
+
+class _Pinned:
+    """Pinned host buffers for GPU payloads (MPI without CUDA support), lent per call and returned when it ends."""
+
+    def __init__(self) -> None:
+        self._free: dict[int, list[torch.Tensor]] = defaultdict(list)
+
+    def take(self, size: int) -> torch.Tensor:
+        pool = self._free[size]
+        return pool.pop() if pool else torch.empty(size, dtype=torch.uint8, pin_memory=True)
+
+    def give(self, buffers: Iterable[torch.Tensor]) -> None:
+        for b in buffers:
+            self._free[b.numel()].append(b)
+
+
+class Pending:
+    """One started call: `wait()` returns its inboxes (once)."""
+
+    def __init__(self, transport: Transport, seq: int, round: int, payloads: Mapping[int, torch.Tensor],
+                 links: Links, receivers: list[int], recvs: dict[int, list[int]], withheld: Collection[int]) -> None:
+        self._t = transport
+        self.seq, self.round, self._withheld = seq, round, withheld
+        self._payloads, self._links, self._receivers, self._recvs = payloads, links, receivers, recvs
+        #: Requests in two phases: the headers' receives, then the sends and the data's receives. Waiting for
+        #: the headers alone first matters: a large send completes only once its receiver posted the data's
+        #: receive, which it does after its own headers are in.
+        self._heads: tuple[list[MPI.Request], list[int]] = ([], [])
+        self._rest: tuple[list[MPI.Request], list[int]] = ([], [])  # owner -1: one of our sends
+        self._headers: dict[int, np.ndarray] = {}
+        self._keep: list[object] = []  # send buffers that must live until the sends complete
+        self._lent: list[torch.Tensor] = []
+        self._result: Inbox | None = None
+
+    def _add(self, requests: list[MPI.Request], owner: int, header: bool = False) -> None:
+        """Note requests of the remote sending peer `owner` (-1 for this rank's sends)."""
+        reqs, owners = self._heads if header else self._rest
+        reqs += requests
+        owners += [owner] * len(requests)
+
+    def wait(self) -> Inbox:
+        """Block until every message of the call has arrived and every send has completed; per local receiver
+        of the links, {sender: payload} in ascending sender order."""
+        if self._result is not None:
+            return self._result
+        t = self._t
+        t0 = MPI.Wtime()
+        received: dict[int, torch.Tensor] = {}
+        if t.comm is not None:
+            t._wait(self, *self._heads)  # every header is in: post the data receives they announce
+            for rank in t.remote_ranks:
+                for q in self._recvs[rank]:
+                    received[q] = self._post_data_receive(rank, q)
+            t._wait(self, *self._rest)
+            received = {q: self._landed(q, buf) for q, buf in received.items()}
+            t.pinned.give(self._lent)
+        t1 = MPI.Wtime()
+        self._result = t._inboxes(self._payloads, received, self._links, self._receivers, self._withheld)
+        t.stats.time_wait_s += t1 - t0
+        t.stats.time_comm_s += MPI.Wtime() - t1
+        self._keep, self._lent, self._heads, self._rest = [], [], ([], []), ([], [])
+        return self._result
+
+    def _post_data_receive(self, rank: int, q: int) -> torch.Tensor:
+        head = self._headers[q]
+        size, code, ndim = int(head[0]), int(head[1]), int(head[2])
+        shape = tuple(int(s) for s in head[3:3 + ndim])
+        t = self._t
+        gpu = self._device_of_receivers().type == "cuda"
+        if gpu and t.cuda_aware:
+            buf = torch.empty(shape, dtype=_DTYPES[code], device=self._device_of_receivers())
+            target: np.ndarray | torch.Tensor = buf.reshape(-1).view(torch.uint8) if size else buf
+        else:
+            raw = t.pinned.take(size) if gpu else torch.empty(size, dtype=torch.uint8)
+            if gpu:
+                self._lent.append(raw)
+            buf = raw.view(_DTYPES[code]).view(shape) if size else torch.empty(shape, dtype=_DTYPES[code])
+            target = raw.numpy()
+        if size:
+            self._add(t._post(t.comm.Irecv, target, source=rank, tag=t.tag(self.seq, q, 1)), q)
+        t.stats.wire_recv[rank] += size
+        return buf
+
+    def _device_of_receivers(self) -> torch.device:
+        sample = next(iter(self._payloads.values()), None)
+        return sample.device if sample is not None else torch.device("cpu")
+
+    def _landed(self, q: int, buf: torch.Tensor) -> torch.Tensor:
+        device = self._device_of_receivers()
+        return buf.to(device) if buf.device != device else buf
+
+
+class Transport:
+    """Neighbour exchange for the peers hosted by this rank."""
+
+    def __init__(self, world: World, graph: nx.Graph, placement: Placement, timeout: float,
+                 chunk_bytes: int = 1 << 30, cuda_aware: bool = False,
+                 on_timeout: Callable[[str], None] | None = None) -> None:
+        self.world = world
+        self.placement = placement
+        self.timeout = timeout
+        self.chunk_bytes = max(1, int(chunk_bytes))
+        self.cuda_aware = cuda_aware
+        self.local_peers = placement.peers_of(world.rank)
+        self.neighbors = {p: tuple(sorted(int(q) for q in graph.neighbors(p))) for p in graph.nodes}
+        self.stats = CommStats()
+        self.pinned = _Pinned()
+        remote = sorted({placement.rank_of(q) for p in self.local_peers for q in self.neighbors[p]} - {world.rank})
+        self.remote_ranks = remote
+        self.comm = world.neighbour_comm(remote)
+        self.calls = 0  # the sequence number of the next call: every rank counts its calls alike
+        span = 1
+        while span < placement.n_peers and span < (1 << 14):
+            span <<= 1
+        self._peer_span = span
+        tag_ub = self.comm.Get_attr(MPI.TAG_UB) if self.comm is not None else (1 << 29) - 1
+        self._seq_span = (int(tag_ub) + 1) // (2 * span)
+        self._watchdog = Watchdog(on_timeout or self._abort_job) if self.comm is not None else None
+
+    def tag(self, seq: int, peer: int, part: int) -> int:
+        """The tag of `peer`'s header (part 0) or data (part 1) in call `seq`."""
+        return ((seq % self._seq_span) * self._peer_span + peer % self._peer_span) * 2 + part
+
+    def _abort_job(self, message: str) -> None:
+        """The watchdog's default: the message is printed already; end every rank with TIMEOUT_EXIT."""
+        self.world.abort(TIMEOUT_EXIT)
+
+    def all_links(self, peers: Iterable[int] | None = None) -> dict[int, tuple[int, ...]]:
+        """Every support edge both ways among `peers` (default: all peers): the static exchange."""
+        keep = set(self.neighbors) if peers is None else set(peers)
+        return {p: tuple(q for q in self.neighbors[p] if q in keep) for p in sorted(keep)}
+
+    def exchange(self, payloads: Mapping[int, torch.Tensor], round: int, links: Links | None = None,
+                 withheld: Collection[int] = ()) -> Inbox:
+        """`start(...).wait()`: the blocking call."""
+        return self.start(payloads, round, links, withheld).wait()
+
+    def start(self, payloads: Mapping[int, torch.Tensor], round: int, links: Links | None = None,
+              withheld: Collection[int] = ()) -> Pending:
+        """Send the local peers' payloads along `links` (receiver -> senders; default every support edge both
+        ways) and post the receives; returns at once. Every local sender of the links needs a payload; a sender
+        in `withheld` sends nothing to other ranks (fault injection). The payloads must not change until `wait`.
+        Every rank makes the same calls in the same order (their sequence numbers match the messages)."""
+        links = self.all_links() if links is None else links
+        seq = self.calls
+        self.calls += 1
+        t0 = MPI.Wtime()
+        receivers = [p for p in self.local_peers if p in links]
+        missing = sorted({q for p in links for q in links[p] if self.placement.rank_of(q) == self.world.rank}
+                         - set(payloads))
+        if missing:
+            raise ValueError(f"transport: rank {self.world.rank} sends for {missing} but holds no payload for them")
+        sends, recvs = self._plan(links) if self.comm is not None else ({}, {})
+        pending = Pending(self, seq, round, payloads, links, receivers, recvs, withheld)
+        if self.comm is not None:
+            for rank in self.remote_ranks:
+                for q in recvs[rank]:
+                    head = np.empty(_HEADER, dtype=np.int64)
+                    pending._headers[q] = head
+                    request = self.comm.Irecv([head, MPI.INT64_T], source=rank, tag=self.tag(seq, q, 0))
+                    pending._add([request], q, header=True)
+                    self.stats.header_recv[rank] += head.nbytes
+            for rank in self.remote_ranks:
+                for p in sends[rank]:
+                    if p not in withheld:
+                        self._post_send(pending, rank, p, payloads[p])
+        self.stats.time_comm_s += MPI.Wtime() - t0
+        return pending
+
+    def _post_send(self, pending: Pending, rank: int, p: int, payload: torch.Tensor) -> None:
+        head = _header(payload)
+        pending._keep.append(head)
+        requests = [self.comm.Isend([head, MPI.INT64_T], dest=rank, tag=self.tag(pending.seq, p, 0))]
+        size = int(head[0])
+        if size:
+            view = self._wire_view(pending, payload)
+            pending._keep.append(view)
+            requests += self._post(self.comm.Isend, view, dest=rank, tag=self.tag(pending.seq, p, 1))
+        pending._add(requests, -1)
+        self.stats.header_sent[rank] += head.nbytes
+        self.stats.wire_sent[rank] += size
+
+    def _wire_view(self, pending: Pending, payload: torch.Tensor) -> np.ndarray | torch.Tensor:
+        """A buffer MPI can read for `payload`: its bytes on the CPU or with CUDA-aware MPI, else pinned staging."""
+        flat = payload.contiguous()
+        if flat.device.type == "cpu":
+            return _host_array(flat)
+        if self.cuda_aware:
+            return flat.reshape(-1).view(torch.uint8)
+        staged = self.pinned.take(nbytes(flat))
+        staged.copy_(flat.reshape(-1).view(torch.uint8))
+        pending._lent.append(staged)
+        return staged.numpy()
+
+    def _plan(self, links: Links) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+        """Per remote rank: the local peers whose payload goes there, and the remote peers whose payload comes
+        here, ascending."""
+        me = self.world.rank
+        sends: dict[int, set[int]] = defaultdict(set)
+        recvs: dict[int, set[int]] = defaultdict(set)
+        for receiver, senders in links.items():
+            at = self.placement.rank_of(receiver)
+            for q in senders:
+                src = self.placement.rank_of(q)
+                if at == me and src != me:
+                    recvs[src].add(q)
+                elif src == me and at != me:
+                    sends[at].add(q)
+        outside = (set(sends) | set(recvs)) - set(self.remote_ranks)
+        if outside:
+            raise ValueError(f"transport: links to rank(s) {sorted(outside)} outside the support graph")
+        return ({r: sorted(sends.get(r, ())) for r in self.remote_ranks},
+                {r: sorted(recvs.get(r, ())) for r in self.remote_ranks})
+
+    def _chunks(self, flat: np.ndarray) -> Iterable[np.ndarray]:
+        for start in range(0, flat.size, self.chunk_bytes):
+            yield flat[start:start + self.chunk_bytes]
+
+    def _post(self, start: Callable[..., MPI.Request], buf: np.ndarray | torch.Tensor,
+              **where: int) -> list[MPI.Request]:
+        """Start a send or receive of one byte buffer: host memory in chunks of at most `chunk_bytes`, a GPU
+        buffer (CUDA-aware MPI) whole. `where` is the peer rank and the tag."""
+        if isinstance(buf, np.ndarray):
+            return [start([chunk, MPI.BYTE], **where) for chunk in self._chunks(buf)]
+        return [start(buf, **where)]
+
+    def _inboxes(self, payloads: Mapping[int, torch.Tensor], received: dict[int, torch.Tensor], links: Links,
+                 receivers: list[int], withheld: Collection[int]) -> Inbox:
+        """Per local receiver, its senders' payloads: a co-located sender's tensor itself, a remote one's
+        received copy. Counts the logical bytes of every link at both of its ends (a withheld sender's as
+        not sent)."""
+        out: Inbox = {}
+        for p in receivers:
+            inbox = {}
+            for q in sorted(links[p]):
+                inbox[q] = payloads[q] if q in payloads else received[q]
+                self.stats.peer_recv[p] += nbytes(inbox[q])
+            out[p] = inbox
+        for senders in links.values():
+            for q in senders:
+                if q in payloads and q not in withheld and self.placement.rank_of(q) == self.world.rank:
+                    self.stats.peer_sent[q] += nbytes(payloads[q])
+        return out
+
+    def _wait(self, pending: Pending, requests: list[MPI.Request], owner: list[int]) -> None:
+        """Wait for `requests`; past the timeout the watchdog names a missing neighbour and the round."""
+        if not requests:
+            return
+        done = np.zeros(len(requests), dtype=bool)
+
+        def describe() -> str:
+            missing = sorted({owner[i] for i in range(len(requests)) if not done[i] and owner[i] >= 0})
+            if not missing:
+                return (f"p2pfl: timeout: rank {self.world.rank} waited {self.timeout:g} s in round {pending.round} "
+                        f"for its sends to complete")
+            q = missing[0]
+            waiter = next(p for p in pending._receivers if q in pending._links[p])
+            return (f"p2pfl: timeout: peer {waiter} (rank {self.world.rank}) waited {self.timeout:g} s in round "
+                    f"{pending.round} for neighbour {q} (rank {self.placement.rank_of(q)})"
+                    + (f"; also missing: {missing[1:]}" if len(missing) > 1 else ""))
+
+        assert self._watchdog is not None
+        self._watchdog.arm(self.timeout, describe)
+        try:
+            remaining, pause = len(requests), POLL_FIRST_S
+            while remaining:
+                if self.world.oversubscribed:  # sleep between polls rather than spin (p2pfl.comm.world.poll_until)
+                    indices = MPI.Request.Testsome(requests)
+                    if indices is not None and not indices:
+                        time.sleep(pause)
+                        pause = min(2 * pause, POLL_MAX_S)
+                        continue
+                    pause = POLL_FIRST_S
+                else:
+                    indices = MPI.Request.Waitsome(requests)
+                if indices is None:
+                    break
+                done[list(indices)] = True
+                remaining = int((~done).sum())
+        finally:
+            self._watchdog.disarm()

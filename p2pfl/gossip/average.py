@@ -1,0 +1,50 @@
+"""The exact network average of the peers' vectors and their consensus distance (SPEC §2): collectives that
+do not depend on where the peers sit or on the order of the reduction."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from p2pfl.comm.world import World
+
+
+def exact_mean(world: World, vectors: dict[int, torch.Tensor], n_peers: int,
+               like: torch.Tensor | None = None) -> torch.Tensor:
+    """The average over the `n_peers` peers whose vectors the ranks hold, summed exactly in fixed point (int64),
+    so that the result does not depend on which rank holds which peer or on the order of the reduction.
+    Collective; a rank holding none (its peers crashed) passes `like`, a tensor of the vectors' shape."""
+    sample = next(iter(vectors.values())) if vectors else like
+    assert sample is not None, "exact_mean: a rank without vectors passes like="
+    local_max = max(float(v.abs().max()) for v in vectors.values()) if vectors else 0.0
+    global_max = world.allreduce_max(local_max)
+    if global_max == 0.0 or not math.isfinite(global_max):
+        return torch.zeros_like(sample, dtype=torch.float64) + (global_max if not math.isfinite(global_max) else 0)
+    shift = 61 - math.ceil(math.log2(global_max * n_peers))
+    total = torch.zeros(sample.numel(), dtype=torch.int64)
+    for peer in sorted(vectors):
+        total += torch.round(torch.ldexp(vectors[peer].detach().reshape(-1).double().cpu(),
+                                         torch.tensor(float(shift), dtype=torch.float64))).long()
+    world.allreduce_sum_(total.numpy())
+    mean = torch.ldexp(total.double(), torch.tensor(float(-shift), dtype=torch.float64)) / n_peers
+    return mean.reshape(sample.shape)
+
+
+def consensus_distance(world: World, vectors: dict[int, torch.Tensor], n_peers: int,
+                       like: torch.Tensor | None = None) -> float | None:
+    """(1/K) Σ_i ‖x_i − x̄‖² / ‖x̄‖² over the K = `n_peers` peers whose vectors the ranks hold (SPEC §2);
+    collective, the value is returned on rank 0 only. A rank holding none passes `like` (see exact_mean)."""
+    mean = exact_mean(world, vectors, n_peers, like)
+    denom = float(mean.pow(2).sum())
+    parts = {p: float((v.detach().reshape(mean.shape).double().cpu() - mean).pow(2).sum())
+             for p, v in vectors.items()}
+    gathered = world.gather(parts)
+    if gathered is None:
+        return None
+    merged: dict[int, float] = {}
+    for part in gathered:
+        merged.update(part)
+    total = 0.0
+    for p in sorted(merged):
+        total += merged[p]
+    return total / n_peers / denom if denom > 0 else float("inf") if total > 0 else 0.0

@@ -1,0 +1,134 @@
+"""The checked exchange: the one place a round's messages are exchanged and validated.
+
+encode (the codec, on the sender's side) -> transport -> decode -> validate what arrived -> agree on the rejected
+links across ranks -> the round's network without them. Every caller that sends something in a round (gossip,
+the server's hops, a returning peer's pull, FeatARC's clusters, FedMuscle's representations, the drift
+measurement) goes through it; what it rejected comes back as a value (`Delivery.events`) for the round record.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from p2pfl.comm.transport import Inbox, Links, Pending, Transport
+from p2pfl.comm.world import World
+from p2pfl.gossip.codec import Codec, Poisoned
+from p2pfl.network.schedule import RoundNetwork
+
+Pair = tuple[int, int]  # (receiver, sender)
+
+
+def finite(t: torch.Tensor) -> bool:
+    """Whether every value of `t` is finite (no NaN, no ±Inf)."""
+    return bool(torch.isfinite(t).all())
+
+
+@dataclass(frozen=True)
+class Events:
+    """What a round's exchanges did, for its record: the (receiver, sender) messages rejected and the
+    (receiver, neighbour) a robust aggregator cut, for this rank's receivers."""
+
+    rejected: tuple[Pair, ...] = ()
+    cut: tuple[Pair, ...] = ()
+
+    def __add__(self, other: Events) -> Events:
+        return Events(tuple(sorted({*self.rejected, *other.rejected})), tuple(sorted({*self.cut, *other.cut})))
+
+
+@dataclass
+class Faults:
+    """Fault injection from outside the transport and the codec (--fault): `silent` peers send nothing to other
+    ranks (their neighbours time out), `poisoned` peers' payloads are NaN."""
+
+    silent: set[int] = field(default_factory=set)
+    poisoned: set[int] = field(default_factory=set)
+
+
+@dataclass
+class Delivery:
+    """One checked exchange's result: every local receiver's decoded messages (`inbox`), those rejected, and
+    the network without the rejected links (`net`, when the exchange ran along a round's network)."""
+
+    inbox: Inbox
+    rejected: frozenset[Pair]
+    net: RoundNetwork | None
+    events: Events
+
+    def kept(self, peer: int) -> dict[int, torch.Tensor]:
+        """The messages `peer` keeps: not rejected, and on a link the surviving network still carries."""
+        received = self.inbox.get(peer, {})
+        alive = self.net.incoming.get(peer, ()) if self.net is not None else received
+        return {q: v for q, v in received.items() if (peer, q) not in self.rejected and q in alive}
+
+
+class Handle:
+    """A started checked exchange: compute meanwhile, then `wait()` for its `Delivery`."""
+
+    def __init__(self, checked: CheckedExchange, pending: Pending, codec: Codec, round: int,
+                 net: RoundNetwork | None, valid: Callable[[torch.Tensor], bool] | None) -> None:
+        self._c, self._pending, self._codec, self._round, self._net, self._valid = (checked, pending, codec,
+                                                                                   round, net, valid)
+
+    def wait(self) -> Delivery:
+        """The decoded messages; validated and agreed on unless `valid` was None (then nothing is rejected: the
+        caller judges and calls `CheckedExchange.delivery` itself, or needs no check)."""
+        inbox = {p: {q: self._codec.decode(q, v, self._round) for q, v in received.items()}
+                 for p, received in self._pending.wait().items()}
+        if self._valid is None:
+            return Delivery(inbox, frozenset(), self._net, Events())
+        bad = [(p, q) for p, got in inbox.items() for q, v in got.items() if not self._valid(v)]
+        return self._c.delivery(inbox, self._round, bad, self._net)
+
+
+class CheckedExchange:
+    """Encode, exchange, decode, validate, agree: see the module docstring."""
+
+    def __init__(self, transport: Transport, world: World, codec: Codec | None = None, faults: Faults | None = None,
+                 reject_nonfinite: bool = True) -> None:
+        self.transport = transport
+        self.world = world
+        self.faults = faults or Faults()
+        self.codec = Poisoned(codec or Codec(), self.faults.poisoned)
+        #: False (--on-nonfinite abort): a non-finite message ends the job instead of being rejected.
+        self.reject_nonfinite = reject_nonfinite
+
+    @property
+    def local_peers(self) -> list[int]:
+        return self.transport.local_peers
+
+    def start(self, vectors: Mapping[int, torch.Tensor], round: int, links: Links, net: RoundNetwork | None = None,
+              valid: Callable[[torch.Tensor], bool] | None = finite, codec: Codec | None = None) -> Handle:
+        """Encode every local sender's vector and start the exchange along `links`; `valid` (default: finite)
+        judges each decoded message at `wait` (None: the caller judges, then calls `delivery`)."""
+        codec = self.codec if codec is None else codec
+        payloads = {p: codec.encode(p, v, round) for p, v in vectors.items()}
+        pending = self.transport.start(payloads, round, links, withheld=self.faults.silent)
+        return Handle(self, pending, codec, round, net, valid)
+
+    def exchange(self, vectors: Mapping[int, torch.Tensor], round: int, links: Links,
+                 net: RoundNetwork | None = None, valid: Callable[[torch.Tensor], bool] | None = finite,
+                 codec: Codec | None = None) -> Delivery:
+        """`start(...).wait()`."""
+        return self.start(vectors, round, links, net, valid, codec).wait()
+
+    def delivery(self, inbox: Inbox, round: int, bad: Iterable[Pair], net: RoundNetwork | None) -> Delivery:
+        """Agree on the `bad` messages across ranks (collective) and return what the exchange delivered."""
+        rejected = self.agree(round, bad)
+        mine = tuple(sorted(pair for pair in rejected if pair[0] in inbox))
+        return Delivery(inbox, rejected, net.without(rejected) if net is not None and rejected else net,
+                        Events(rejected=mine))
+
+    def agree(self, round: int, pairs: Iterable[Pair]) -> frozenset[Pair]:
+        """Every rank's rejected messages (collective). With reject_nonfinite off, raise naming the first."""
+        found = sorted({tuple(pair) for part in self.world.allgather(sorted(set(pairs))) for pair in part})
+        if found and not self.reject_nonfinite:
+            receiver, sender = found[0]
+            raise RuntimeError(f"non-finite message from peer {sender} to peer {receiver} in round {round} "
+                               "(--on-nonfinite abort)")
+        return frozenset(found)  # type: ignore[arg-type]
+
+    def suspects_of(self, inbox: Inbox, receivers: Collection[int]) -> list[Pair]:
+        """The non-finite messages of the given receivers (those whose combination came out non-finite)."""
+        return [(p, q) for p in sorted(receivers) for q, v in inbox[p].items() if not finite(v)]

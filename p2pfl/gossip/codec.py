@@ -1,0 +1,57 @@
+"""What goes on the wire for a vector: a codec encodes on the sender's side, once for every receiver (co-located
+or remote, so results never depend on placement), and decodes on the receiver's. The identity today; a
+compressor is one more class here. A payload may be any tensor (size and dtype free): the transport tells the
+receiver what came."""
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+import torch
+
+from p2pfl.byzantine import Robust, attack_vector
+
+
+class Codec:
+    """The identity: the vector itself travels (co-located receivers see the sender's tensor, no copy)."""
+
+    def encode(self, peer: int, vector: torch.Tensor, round: int) -> torch.Tensor:
+        """The payload `peer` sends for `vector` in `round`."""
+        return vector
+
+    def decode(self, sender: int, payload: torch.Tensor, round: int) -> torch.Tensor:
+        """The vector a receiver reads from `sender`'s payload."""
+        return payload
+
+
+class Attacking(Codec):
+    """--byzantine: attackers send what their attack makes of their vector (p2pfl.byzantine), then `inner`'s
+    encoding of it. What an attacker remembers across rounds (ALIE what it heard, stale its first message)
+    is `memory(peer)`, a dict in its peer record, so checkpoints keep it."""
+
+    def __init__(self, inner: Codec, robust: Robust, seed: int, memory: Callable[[int], dict]) -> None:
+        self.inner, self.robust, self.seed, self.memory = inner, robust, seed, memory
+
+    def encode(self, peer: int, vector: torch.Tensor, round: int) -> torch.Tensor:
+        if peer in self.robust.byzantine:
+            memory = self.memory(peer)
+            vector = attack_vector(self.robust.attack, vector, seed=self.seed, peer=peer, round=round,
+                                   scale=self.robust.scale, heard=memory.get("heard"), first=memory.get("first"))
+            memory.setdefault("first", vector.clone())
+        return self.inner.encode(peer, vector, round)
+
+    def decode(self, sender: int, payload: torch.Tensor, round: int) -> torch.Tensor:
+        return self.inner.decode(sender, payload, round)
+
+
+class Poisoned(Codec):
+    """--fault nan@PEER:ROUND: the listed senders' payloads are all NaN (a test of the non-finite checks)."""
+
+    def __init__(self, inner: Codec, peers: Collection[int]) -> None:
+        self.inner, self.peers = inner, peers
+
+    def encode(self, peer: int, vector: torch.Tensor, round: int) -> torch.Tensor:
+        payload = self.inner.encode(peer, vector, round)
+        return torch.full_like(payload, float("nan")) if peer in self.peers else payload
+
+    def decode(self, sender: int, payload: torch.Tensor, round: int) -> torch.Tensor:
+        return self.inner.decode(sender, payload, round)

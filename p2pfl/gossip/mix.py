@@ -1,0 +1,101 @@
+"""Gossip over the checked exchange: one round's mix with a combine rule, the server's two hops and a returning
+peer's pull. Each returns the mixed vectors and the round's events as values."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from p2pfl.byzantine import Robust, Scratch
+from p2pfl.gossip.checked import CheckedExchange, Events
+from p2pfl.gossip.codec import Attacking
+from p2pfl.gossip.rules import RobustRule, Rule, weighted_sum
+from p2pfl.network.schedule import HUB, RoundNetwork
+
+
+@dataclass
+class Mixed:
+    """A mix's result: the local receivers' new vectors, the network it ran on (the rejected links removed)
+    and what it rejected and cut."""
+
+    vectors: dict[int, torch.Tensor]
+    net: RoundNetwork
+    events: Events
+
+
+class Gossip:
+    """The run's gossip: `mix` picks the server's two hops (--mixing server), the robust rule (--byzantine or a
+    robust --aggregator) or the W-weighted mean."""
+
+    def __init__(self, checked: CheckedExchange, robust: Robust, seed: int) -> None:
+        self.checked, self.robust, self.seed = checked, robust, seed
+        self.scratch = Scratch()  # the robust aggregators' room, reused round after round
+
+    def mix(self, vectors: dict[int, torch.Tensor], net: RoundNetwork, round: int,
+            sizes: Sequence[float] | None = None, memory: Callable[[int], dict] | None = None) -> Mixed:
+        """x_i <- the rule's combination for every local active peer (`vectors` holds theirs)."""
+        if net.server:
+            return self.via_server(vectors, net, round, sizes)
+        if self.robust.active:
+            assert memory is not None, "robust gossip needs the peers' attacker memory"
+            codec = Attacking(self.checked.codec, self.robust, self.seed, memory)
+            return self.combine(vectors, net, round, RobustRule(self.robust, memory, sizes, self.scratch), codec)
+        return self.combine(vectors, net, round, Rule(sizes))
+
+    def combine(self, vectors: dict[int, torch.Tensor], net: RoundNetwork, round: int, rule: Rule,
+                codec: Attacking | None = None) -> Mixed:
+        """Exchange along the round's links and combine with `rule`. A non-finite message is rejected: every
+        rank learns of it, the link counts as failed for the round and the weights are recomputed, so the result
+        equals a round in which that link failed. Only the messages behind suspect results are checked."""
+        got = self.checked.exchange(vectors, round, net.incoming, net=net, valid=None, codec=codec)
+        results = {p: rule.combine(p, vectors[p], received, net) for p, received in got.inbox.items()}
+        suspects = [p for p, (v, _) in results.items() if rule.suspect(p, v)]
+        delivered = self.checked.delivery(got.inbox, round, self.checked.suspects_of(got.inbox, suspects), net)
+        assert delivered.net is not None
+        if delivered.rejected:  # the surviving graph's weights may change every row
+            results = {p: rule.combine(p, vectors[p], delivered.kept(p), delivered.net) for p in got.inbox}
+        for p in got.inbox:
+            rule.heard(p, delivered.kept(p))
+        cut = tuple(sorted((p, q) for p, (_, c) in results.items() for q in c))
+        return Mixed({p: v for p, (v, _) in results.items()}, delivered.net, delivered.events + Events(cut=cut))
+
+    def via_server(self, vectors: dict[int, torch.Tensor], net: RoundNetwork, round: int,
+                   sizes: Sequence[float] | None = None) -> Mixed:
+        """The star as a server: the leaves the hub reaches send it their vectors, the hub averages them with its
+        own (the row of W, data-weighted with `sizes`) and sends the average back, all in this round. Every byte
+        is counted where it travels: a leaf sends and receives one vector, the hub as many as it serves. A leaf
+        whose vector is not finite is left out of the average and gets nothing back (its link failed)."""
+        members = [j for j, _ in net.row(HUB)] if HUB in net.active else []
+        up = {HUB: tuple(j for j in members if j != HUB)} if len(members) > 1 else {}
+        delivered = self.checked.exchange(vectors, round, up, net=net)
+        assert delivered.net is not None
+        net = delivered.net
+        if delivered.rejected:
+            up = {HUB: tuple(j for j, _ in net.row(HUB) if j != HUB)} if HUB in net.active else {}
+        average: dict[int, torch.Tensor] = {}
+        if HUB in delivered.inbox:
+            average[HUB] = weighted_sum(vectors[HUB], delivered.inbox[HUB], net.row(HUB, sizes))
+        down = {j: (HUB,) for j in up.get(HUB, ())}
+        back = self.checked.exchange({**vectors, **average}, round, down, valid=None)
+        out = {p: v.clone() for p, v in vectors.items()}
+        out.update(average)
+        for leaf, received in back.inbox.items():
+            out[leaf] = received[HUB].clone()
+        return Mixed(out, net, delivered.events)
+
+    def pull(self, vectors: dict[int, torch.Tensor], net: RoundNetwork, round: int, peers: Iterable[int],
+             sizes: Sequence[float] | None = None) -> Mixed:
+        """For each of `peers` (the rejoining ones), the mix of its fresh in-neighbours' vectors with its own
+        weight left out and the row renormalised: a returning peer takes the current neighbourhood model, as a
+        FedAvg client takes the current global one. A peer with no fresh neighbour this round is left out;
+        non-finite vectors are rejected."""
+        links = {i: tuple(j for j in net.incoming[i] if j in net.fresh) for i in sorted(peers)}
+        delivered = self.checked.exchange(vectors, round, links)
+        out = {}
+        for peer, received in delivered.inbox.items():
+            row = [(j, w) for j, w in net.row(peer, sizes) if j in received and (peer, j) not in delivered.rejected]
+            if row:
+                total = sum(w for _, w in row)
+                out[peer] = weighted_sum(vectors[peer], received, [(j, w / total) for j, w in row])
+        return Mixed(out, net, delivered.events)

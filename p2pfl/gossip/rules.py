@@ -1,0 +1,67 @@
+"""Combine rules: how a receiver makes one vector of its own and what it kept from its neighbours. A rule is one
+class: `combine` (the vector and the neighbours it cut), `suspect` (whether a result calls for checking the
+messages behind it) and `heard` (what the receiver remembers of the round)."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from p2pfl.byzantine import Robust, Scratch, aggregate
+from p2pfl.gossip.checked import finite
+from p2pfl.network.schedule import RoundNetwork
+
+
+def weighted_sum(own: torch.Tensor, received: dict[int, torch.Tensor], row: list[tuple[int, float]]) -> torch.Tensor:
+    """Σ_j w_j x_j in the row's (ascending) order, x_j = own where j sent nothing (the peer itself): bitwise the
+    same whichever ranks the peers sit on."""
+    acc = torch.zeros_like(own)
+    for j, w in row:
+        acc.add_(received[j] if j in received else own, alpha=w)
+    return acc
+
+
+class Rule:
+    """The interface; also the W-weighted mean x_i <- Σ_j W_ij x_j (with `sizes`, W_ij scaled by n_j and the row
+    renormalised)."""
+
+    def __init__(self, sizes: Sequence[float] | None = None) -> None:
+        self.sizes = sizes
+
+    def combine(self, peer: int, own: torch.Tensor, received: dict[int, torch.Tensor], net: RoundNetwork
+                ) -> tuple[torch.Tensor, list[int]]:
+        return weighted_sum(own, received, net.row(peer, self.sizes)), []
+
+    def suspect(self, peer: int, result: torch.Tensor) -> bool:
+        """Whether the messages behind `result` must be checked: any non-finite input makes a weighted sum (and
+        every robust aggregator: the sum, min/max or norm) non-finite, so only such results are."""
+        return not finite(result)
+
+    def heard(self, peer: int, kept: dict[int, torch.Tensor]) -> None:
+        """What the receiver kept this round, once the rejected messages are out."""
+
+
+WeightedMean = Rule
+
+
+class RobustRule(Rule):
+    """--aggregator with --byzantine: honest peers combine with the run's robust aggregator (p2pfl.byzantine);
+    attackers keep their own vector, check what they heard, and remember it (ALIE's next message)."""
+
+    def __init__(self, robust: Robust, memory: Callable[[int], dict], sizes: Sequence[float] | None = None,
+                 scratch: Scratch | None = None) -> None:
+        super().__init__(sizes)
+        self.robust, self.memory, self.scratch = robust, memory, scratch or Scratch()
+
+    def combine(self, peer: int, own: torch.Tensor, received: dict[int, torch.Tensor], net: RoundNetwork
+                ) -> tuple[torch.Tensor, list[int]]:
+        if peer in self.robust.byzantine:
+            return own, []
+        return aggregate(self.robust, peer, own, received, net.row(peer, self.sizes), self.scratch)
+
+    def suspect(self, peer: int, result: torch.Tensor) -> bool:
+        return peer in self.robust.byzantine or super().suspect(peer, result)
+
+    def heard(self, peer: int, kept: dict[int, torch.Tensor]) -> None:
+        if peer in self.robust.byzantine:
+            self.memory(peer)["heard"] = [v.clone() for v in kept.values()]

@@ -1,0 +1,24 @@
+"""The transport under mpirun -n 1/2/4: payloads whose size and dtype differ per link and per call, calls in
+flight together, any number of calls a round, and a non-blocking call overlapped with computation equal to the
+blocking one (tests/mpi/transport_check.py)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_job
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_transport_properties(ranks: int, tmp_path) -> None:
+    out = tmp_path / "transport.json"
+    proc = run_job(["tests/mpi/transport_check.py", str(out)], ranks=ranks, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert set(result["failures"]) == {"sizes_per_link_and_round", "two_calls_in_flight", "many_calls_a_round",
+                                       "overlapped_equals_blocking"}
+    assert result["failures"] == dict.fromkeys(result["failures"]), result["failures"]
+    assert result["calls"] == [28] * ranks  # every rank counted the same calls (their tags' sequence numbers)
