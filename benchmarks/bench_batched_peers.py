@@ -48,7 +48,7 @@ def time_round(algo, t: int, device: str) -> float:
     algo.net = algo.ctx.schedule.at(t)
     sync(device)
     start = time.perf_counter()
-    algo.local_updates(sorted(algo.peers), t)
+    algo.local_updates(sorted(algo.peers), t, algo.net)
     sync(device)
     return time.perf_counter() - start
 

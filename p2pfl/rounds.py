@@ -81,6 +81,15 @@ class RunContext:
 
 
 @dataclass
+class LocalRound:
+    """What the local part of a round did on this rank: each trained peer's metrics (e.g. {"loss": ...}) and the
+    peers whose update turned non-finite and were rolled back to their state before the round."""
+
+    metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    rolled_back: list[int] = field(default_factory=list)
+
+
+@dataclass
 class Phase:
     """What a round's exchange phase (`rejoin`, `communicate`) hands the runner: per-peer metrics, which join
     the local update's in the round record, and what its exchanges rejected and cut."""
@@ -93,7 +102,8 @@ class Algorithm:
     """A method: what a peer does locally, what it sends, how it combines, how it is evaluated.
 
     Every round the runner sets `net`, the round's network (p2pfl.network.RoundNetwork: links, weights,
-    active, alive and straggling peers), then calls `rejoin`, `local_updates` of the active peers and `communicate`.
+    active, alive and straggling peers), then calls `rejoin`, `local_updates` of the active peers and `communicate`,
+    each given that network.
     """
 
     name = "base"
@@ -110,8 +120,6 @@ class Algorithm:
         self.peers: dict[int, Any] = {}
         #: The network of the current round (round 0, everyone up, until the first round starts).
         self.net: RoundNetwork = ctx.schedule.at(0)
-        #: Local peers whose update turned non-finite this round and were rolled back (the runner records them).
-        self.rolled_back: list[int] = []
 
     def evaluated(self) -> frozenset[int]:
         """The peers whose metrics count: alive (not crashed) and honest (not --byzantine)."""
@@ -134,13 +142,9 @@ class Algorithm:
     def setup(self) -> None:
         """Build the local peers' state (data, models). Bad input raises ValueError (reported once)."""
 
-    def local_update(self, peer: int, round: int) -> dict[str, float]:
-        """Peer's local work in `round`; returns its per-peer metrics (e.g. {"loss": ...})."""
-        return {}
-
-    def local_updates(self, peers: list[int], round: int) -> dict[int, dict[str, float]]:
-        """The local work of the given local peers in `round` (peer by peer unless a method batches them)."""
-        return {p: self.local_update(p, round) for p in peers}
+    def local_updates(self, peers: list[int], round: int, net: RoundNetwork) -> LocalRound:
+        """The local work of the given local peers in `round` over its network `net` (none by default)."""
+        return LocalRound({p: {} for p in peers})
 
     def rejoin(self, round: int, net: RoundNetwork) -> Phase | None:
         """Before local training: bring the peers back from sitting out (`net.rejoining`) up to date."""
@@ -323,7 +327,8 @@ class Runner:
         comm0, wait0 = stats.time_comm_s, stats.time_wait_s
         t0 = time.perf_counter()
         rejoined = self.algo.rejoin(t, net) or Phase()
-        per_peer = self.algo.local_updates([p for p in ctx.local_peers if p in net.active], t)
+        local = self.algo.local_updates([p for p in ctx.local_peers if p in net.active], t, net)
+        per_peer = local.metrics
         t1 = time.perf_counter()
         communicated = self.algo.communicate(t, net) or Phase()
         for p, metrics in communicated.metrics.items():
@@ -339,10 +344,9 @@ class Runner:
             "recv": {p: stats.peer_recv.get(p, 0) - recv0.get(p, 0) for p in ctx.local_peers},
             "compute_s": (t1 - t0) + (t2 - t1 - comm - wait), "comm_s": comm, "wait_s": wait,
             "local_s": t1 - t0,
-            "rejected": list(events.rejected), "rolled_back": sorted(self.algo.rolled_back),
+            "rejected": list(events.rejected), "rolled_back": sorted(local.rolled_back),
             "cut": list(events.cut),
         }
-        self.algo.rolled_back = []
         parts = self.world.gather(part)
         if not self.world.is_root:
             return {}

@@ -107,9 +107,9 @@ def test_unstackable_models_are_named() -> None:
 
 
 def _round(algo, t: int) -> dict[int, dict[str, float]]:
-    algo.net = algo.ctx.schedule.at(t)
-    out = algo.local_updates(sorted(algo.peers), t)
-    algo.communicate(t, algo.net)
+    net = algo.ctx.schedule.at(t)
+    out = algo.local_updates(sorted(algo.peers), t, net).metrics
+    algo.communicate(t, net)
     return out
 
 

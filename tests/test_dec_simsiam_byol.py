@@ -206,8 +206,7 @@ def test_byol_target_follows_its_own_online_network(tmp_path: Path, k: int) -> N
         _fill(peer.target, 300 + p)  # far from the online network, so the EMA weight shows
         peer.steps_done = k
     old = {p: _state(peer.target) for p, peer in algo.peers.items()}
-    algo.net = algo.ctx.schedule.at(1)
-    algo.local_updates(sorted(algo.peers), 1)
+    algo.local_updates(sorted(algo.peers), 1, algo.ctx.schedule.at(1))
     tau, next_tau = (1 - 0.3 * (math.cos(math.pi * j / 4) + 1) / 2 for j in (k, k + 1))  # K = 4 rounds x 1 step
     for p, peer in algo.peers.items():
         assert peer.steps_done == k + 1
@@ -225,9 +224,8 @@ def test_byol_rollback_restores_the_target(tmp_path: Path) -> None:
     target, model = _state(peer.target), _state(peer.model)
     criterion = algo.criterion
     algo.criterion = lambda out, y, refs: (criterion(out, y, refs)[0] * float("nan"), {})
-    algo.net = algo.ctx.schedule.at(1)
-    algo.local_update(1, 1)
-    assert algo.rolled_back == [1] and peer.steps_done == 0
+    update = algo.local_updates([1], 1, algo.ctx.schedule.at(1))
+    assert update.rolled_back == [1] and peer.steps_done == 0
     assert all(torch.equal(v, target[n]) for n, v in peer.target.state_dict().items())
     assert all(torch.equal(v, model[n]) for n, v in peer.model.state_dict().items())
 
@@ -237,7 +235,7 @@ def _drive(algo, rounds: range) -> None:
         net = algo.ctx.schedule.at(t)
         algo.net = net
         algo.rejoin(t, net)
-        algo.local_updates([p for p in algo.ctx.local_peers if p in net.active], t)
+        algo.local_updates([p for p in algo.ctx.local_peers if p in net.active], t, net)
         algo.communicate(t, net)
 
 

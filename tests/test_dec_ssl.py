@@ -94,8 +94,7 @@ def test_untrained_encoder_baseline_is_the_initialisations_score_computed_once(t
     score of the common initialisation (an independent fresh model here), computed once and then reused."""
     from p2pfl.algorithms.scoring import representation_scores
     algo = setup_algorithm(tmp_path, algorithm="dec-ssl", probe_epochs=2, knn_k=10)
-    algo.net = algo.ctx.schedule.at(1)
-    algo.local_updates(sorted(algo.peers), 1)
+    algo.local_updates(sorted(algo.peers), 1, algo.ctx.schedule.at(1))
     fresh = algo.new_model().eval()
     expected = representation_scores(algo, fresh, None, final=True)
     built = []

@@ -135,8 +135,8 @@ def test_a_returning_peer_first_takes_its_fresh_neighbours_mix(tmp_path: Path, r
 def test_stragglers_do_their_share_of_the_local_steps(tmp_path: Path) -> None:
     algo = setup_algorithm(tmp_path, algorithm="fedavg", peers=8, local_steps=6, stragglers=0.25,
                            straggler_work=0.34, **TRAIN)
-    algo.net = algo.ctx.schedule.at(1)
-    slow = set(algo.net.work)
+    net = algo.ctx.schedule.at(1)
+    slow = set(net.work)
     assert len(slow) == 2
     batches = {p: 0 for p in algo.peers}
     for p, peer in algo.peers.items():
@@ -145,8 +145,8 @@ def test_stragglers_do_their_share_of_the_local_steps(tmp_path: Path) -> None:
             return draw(size)
         peer.data.next_batch = counted
     for p in algo.peers:
-        assert algo.steps(algo.peers[p]) == (2 if p in slow else 6)
-        algo.local_update(p, 1)
+        assert algo.steps(algo.peers[p], net) == (2 if p in slow else 6)
+        algo.local_update(p, 1, net)
     assert batches == {p: 2 if p in slow else 6 for p in algo.peers}
 
 

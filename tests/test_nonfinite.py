@@ -68,22 +68,28 @@ TRAIN = {"dataset": "synthetic", "train_subset": 240, "batch_size": 16, "local_s
 @pytest.mark.parametrize("mode", ["rollback", "abort"])
 def test_a_peer_whose_update_turns_non_finite_is_rolled_back(tmp_path: Path, mode: str) -> None:
     algo = setup_algorithm(tmp_path, algorithm="fedavg", on_nonfinite=mode, **TRAIN)
-    loss = algo.batch_loss
-    algo.batch_loss = lambda peer, x, y: loss(peer, x, y) * (float("nan") if peer.id == 1 else 1.0)
+    loss = algo.local_loss
+
+    def poisoned(batch):
+        value, terms = loss(batch)
+        return value * (float("nan") if batch.peers[0].id == 1 else 1.0), terms
+    algo.local_loss = poisoned
     before = {p: {k: v.clone() for k, v in peer.model.state_dict().items()} for p, peer in algo.peers.items()}
     if mode == "abort":
         with pytest.raises(RuntimeError, match="peer 1's update turned non-finite in round 1"):
             algo.local_update(1, 1)
         return
+    rolled_back = []
     for p in algo.peers:
-        metrics = algo.local_update(p, 1)
+        update = algo.local_updates([p], 1, algo.ctx.schedule.at(1))
+        metrics, rolled_back = update.metrics[p], rolled_back + update.rolled_back
         state = algo.peers[p].model.state_dict()
         if p == 1:
             assert math.isnan(metrics["loss"])
             assert all(torch.equal(state[k], before[p][k]) for k in state)  # back to its state before the round
         else:
             assert math.isfinite(metrics["loss"]) and not all(torch.equal(state[k], before[p][k]) for k in state)
-    assert algo.rolled_back == [1]
+    assert rolled_back == [1]
 
 
 def test_batched_peers_roll_back_only_the_peer_that_turned_non_finite(tmp_path: Path) -> None:
@@ -108,7 +114,8 @@ def test_batched_peers_roll_back_only_the_peer_that_turned_non_finite(tmp_path: 
             for w in peer.model.parameters():
                 w.add_(0.01 * p)
     before = {p: {k: v.clone() for k, v in peer.model.state_dict().items()} for p, peer in algo.peers.items()}
-    metrics = algo.local_updates(sorted(algo.peers), 1)
+    update = algo.local_updates(sorted(algo.peers), 1, algo.ctx.schedule.at(1))
+    metrics = update.metrics
     for p, peer in algo.peers.items():
         state = peer.model.state_dict()
         assert math.isfinite(metrics[p]["loss"]) == (p != 1)  # its later steps ran on the poisoned model
@@ -117,7 +124,7 @@ def test_batched_peers_roll_back_only_the_peer_that_turned_non_finite(tmp_path: 
         else:
             assert not all(torch.equal(state[k], before[p][k]) for k in state)
             assert all(bool(torch.isfinite(v).all()) for v in state.values() if v.is_floating_point())
-    assert algo.rolled_back == [1]
+    assert update.rolled_back == [1]
 
 
 def test_fedmuscle_drops_non_finite_representations(tmp_path: Path) -> None:

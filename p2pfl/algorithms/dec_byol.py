@@ -32,6 +32,8 @@ from p2pfl.losses.siamese import byol_loss, output_std
 from p2pfl.models import build_encoder
 from p2pfl.models.params import state_copy
 from p2pfl.models.siamese import BYOLNet, follow_
+from p2pfl.network import RoundNetwork
+from p2pfl.rounds import LocalRound
 
 
 @dataclass(eq=False)
@@ -84,16 +86,14 @@ class DecBYOL(DecSSL):
     def references(self, peer: BYOLPeer) -> list[nn.Module]:
         return [peer.target]
 
-    def local_update(self, peer_id: int, round: int) -> dict[str, float]:
-        """The local round; when it is rolled back as non-finite, the target and step count are too."""
-        peer = self.peers[peer_id]
-        target, steps = state_copy(peer.target), peer.steps_done
-        rolled = len(self.rolled_back)
-        metrics = super().local_update(peer_id, round)
-        if peer_id in self.rolled_back[rolled:]:
-            peer.target.load_state_dict(target)
-            peer.steps_done = steps
-        return metrics
+    def train_group(self, group: list[BYOLPeer], round: int, net: RoundNetwork, out: LocalRound) -> None:
+        """The local round; a peer's rolled back as non-finite rolls back its target and step count too."""
+        kept = {peer.id: (state_copy(peer.target), peer.steps_done) for peer in group}
+        rolled = len(out.rolled_back)
+        super().train_group(group, round, net, out)
+        for p in out.rolled_back[rolled:]:
+            self.peers[p].target.load_state_dict(kept[p][0])
+            self.peers[p].steps_done = kept[p][1]
 
     # ------------------------------------------------------------------ the loss
     def criterion(self, out: tuple[torch.Tensor, torch.Tensor], y: torch.Tensor, refs: list

@@ -47,6 +47,7 @@ from torch import nn
 
 from p2pfl.algorithms.dec_ssl import DecSSL
 from p2pfl.algorithms.gossip_learner import GossipPeer
+from p2pfl.algorithms.local_batch import PeerBatch, StepLoss
 from p2pfl.algorithms.peer import ModelPool, Peer, derived
 from p2pfl.data import normalize
 from p2pfl.evaluation import features
@@ -55,7 +56,7 @@ from p2pfl.losses import nt_xent
 from p2pfl.losses.featarc import alignment_regulariser, alignment_scores, assign_cluster
 from p2pfl.models import MixableState, SimCLRNet, build_encoder, init_model
 from p2pfl.network import RoundNetwork
-from p2pfl.rounds import Phase
+from p2pfl.rounds import LocalRound, Phase
 from p2pfl.seeding import SHARED, torch_generator
 
 
@@ -161,22 +162,22 @@ class DecFeatARC(DecSSL):
         out.update({f"cluster_frac{k}": float(k == peer.cluster) for k in range(self.n_clusters)})
         return out
 
-    def local_update(self, peer_id: int, round: int) -> dict[str, float]:
+    def train_group(self, group: list[FeatARCPeer], round: int, net: RoundNetwork, out: LocalRound) -> None:
         """Assign, train the cluster's copy (rolled back to it if the update turns non-finite), then keep the
         trained model's features for the next assignment."""
-        peer = self.peers[peer_id]
-        assigned = self.assign(peer)
-        metrics = super().local_update(peer_id, round)
-        peer.own_features = self.unit_features(peer.model, peer)
-        return {**metrics, **assigned}
+        assigned = [self.assign(peer) for peer in group]
+        super().train_group(group, round, net, out)
+        for peer, metrics in zip(group, assigned):
+            peer.own_features = self.unit_features(peer.model, peer)
+            out.metrics[peer.id] = {**out.metrics[peer.id], **metrics}
 
     def rejoin(self, round: int, net: RoundNetwork) -> None:
         """Nothing: a returning peer reassigns itself from its own copies (--rejoin stale)."""
 
     # ------------------------------------------------------------------ the local loss
-    def step_loss(self, peer: FeatARCPeer, x: torch.Tensor, y: torch.Tensor
-                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def local_loss(self, batch: PeerBatch) -> StepLoss:
         """NT-Xent of the two views + lambda · the alignment regulariser against the frozen cluster copy."""
+        peer, x, _ = batch.alone()
         _, z = peer.model(self.apply(x, self.draw(peer, x)))
         z1, z2 = z.chunk(2)
         ssl = nt_xent(z1, z2, temperature=self.cfg.temperature)

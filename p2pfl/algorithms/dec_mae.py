@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from p2pfl.algorithms.gossip_learner import GossipLearner, GossipPeer
+from p2pfl.algorithms.local_batch import PeerBatch, StepLoss
 from p2pfl.algorithms.peer import Peer
 from p2pfl.algorithms.scoring import representation_scores
 from p2pfl.data.augment import crop_resize_flip, normalize, sample_crop_boxes
@@ -65,12 +66,13 @@ class DecMAE(GossipLearner):
         flip = torch.rand(b, generator=peer.augment_rng, device=x.device) < 0.5
         return normalize(crop_resize_flip(x, boxes, flip, self.work.image_size), self.dataset.mean, self.dataset.std)
 
-    def batch_loss(self, peer: MAEPeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def local_loss(self, batch: PeerBatch) -> StepLoss:
+        peer, x, _ = batch.alone()
         view = self.augment(peer, x)
         model: MAENet = peer.model
         keep, mask, restore = random_masking(view.shape[0], model.n_patches, self.cfg.mask_ratio, peer.mask_rng)
         pred = model(view, keep, restore)
-        return mae_loss(pred, patchify(view, model.patch), mask)
+        return mae_loss(pred, patchify(view, model.patch), mask), {}
 
     def score(self, model: nn.Module, peer: int | None, final: bool) -> dict[str, float]:
         return representation_scores(self, model, peer, final)

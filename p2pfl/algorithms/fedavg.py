@@ -26,6 +26,7 @@ from torch import nn
 from p2pfl.algorithms.gossip_learner import GossipLearner, GossipPeer
 from p2pfl.algorithms.peer import Peer, derived
 from p2pfl.algorithms.scoring import classifier_scores, classifier_scores_stacked
+from p2pfl.algorithms.trainer import OneBatch
 from p2pfl.data import supervised_apply, supervised_draw
 from p2pfl.models import MoonNet, build_encoder
 from p2pfl.models.stacked import PeerStack
@@ -75,7 +76,8 @@ class FedAvg(GossipLearner):
 
     def loss(self, peer: GossipPeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The local loss on an already augmented, normalised batch (MOON's and FedProx's terms included)."""
-        return self.loss_on(peer, x, y)[0]
+        batch = OneBatch(peer, x, y, self.references(peer))
+        return batch.model_loss(x, self.criterion, self.penalty if self.penalized else None)[0]
 
     def score(self, model: nn.Module, peer: int | None, final: bool) -> dict[str, float]:
         return classifier_scores(self, model, logits_of=_logits)
@@ -186,8 +188,8 @@ class Scaffold(FedAvg):
         for p, d in zip(self.trainable(peer.model), peer.correction):
             p.add_(d, alpha=-lr)
 
-    def after_local(self, peer: ScaffoldPeer, round: int) -> None:
-        steps, lr = self.steps(peer), self.lr_at(round)
+    def after_local(self, peer: ScaffoldPeer, round: int, steps: int) -> None:
+        lr = self.lr_at(round)
         w = self.flat_params(peer)
         peer.c_local = peer.c_local - peer.c_mix + (peer.w_start - w) / (steps * lr)
         peer.correction = None

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from p2pfl.algorithms.local_batch import PeerBatch, StepLoss
 from p2pfl.algorithms.peer import Peer, derived
 from p2pfl.algorithms.trainer import LocalTrainer
 from p2pfl.data import PeerData, normalize, supervised_augment
@@ -179,11 +180,12 @@ class FedMuscle(LocalTrainer):
                        "gram_label_smoothing": GRAM_LABEL_SMOOTHING, "matched": cfg.align_tau is not None})
 
     # ------------------------------------------------------------------ local training
-    def batch_loss(self, peer: MusclePeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def local_loss(self, batch: PeerBatch) -> StepLoss:
+        peer, x, y = batch.alone()
         out = peer.model(supervised_augment(x, peer.augment_rng, peer.task.mean, peer.task.std))
         if peer.task.entry.multilabel:
-            return F.binary_cross_entropy_with_logits(out, y)
-        return F.cross_entropy(out, y)
+            return F.binary_cross_entropy_with_logits(out, y), {}
+        return F.cross_entropy(out, y), {}
 
     # ------------------------------------------------------------------ alignment
     def represent(self, peer: MusclePeer, idx: torch.Tensor) -> torch.Tensor:

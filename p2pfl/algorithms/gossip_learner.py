@@ -1,6 +1,6 @@
 """Peers that train locally and gossip their model's parameters: the base of every weight-mixing method.
 
-A method supplies its network (`make_model`), its loss on a batch (`batch_loss`), optional hooks around a
+A method supplies its network (`make_model`), its loss (`local_loss`), optional hooks around a
 peer's local round (from `LocalTrainer`), and how a model is scored (`score`). Here, once: the run's dataset and
 partition, the common initialisation, gossip of the mixable state (FedBN aware), the network average, per-peer
 evaluation and the weight drift.

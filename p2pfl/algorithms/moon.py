@@ -59,7 +59,7 @@ class Moon(FedAvg):
         peer.glob.load_state_dict(peer.model.state_dict())
         peer.glob.eval()
 
-    def after_local(self, peer: MoonPeer, round: int) -> None:
+    def after_local(self, peer: MoonPeer, round: int, steps: int) -> None:
         """Push the just-trained model (before any mixing) into the FIFO pool of previous models."""
         peer.pool.push(peer.model)
 

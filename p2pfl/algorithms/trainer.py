@@ -1,15 +1,18 @@
 """The local trainer: what every training method does on its own shard between two communications.
 
-A method on top of it declares its peer record (`record`), builds each peer's model and shard, and supplies its
-loss on a batch (`batch_loss`) and, where it needs them, hooks around a peer's local round (`before_local`,
-`after_backward`, `after_local`, `init_peer`). The trainer holds the rest once: the per-peer records,
-optimisers and their per-round reset, learning-rate schedules, the batch size and number of steps, and the
-local loop. Checkpoints of the records are generic (`p2pfl.runtime.checkpoint`).
+A method on top of it declares its peer record (`record`), builds each peer's model and shard, states its loss
+in one place, `local_loss(batch)` (see below), and, where it needs them, hooks around a peer's local round
+(`before_local`, `after_backward`, `after_local`, `init_peer`). The trainer holds the rest once: the per-peer
+records, optimisers and their per-round reset, learning-rate schedules, the batch size and number of steps, and
+the one local loop (`train_group`), which runs a peer alone (`OnePeer`) or a rank's co-located peers as one
+peer-stacked computation (`p2pfl.algorithms.batched`, --batch-peers) with the same orchestration. Checkpoints of
+the records are generic (`p2pfl.runtime.checkpoint`).
 
-A method whose step splits into an augmentation (`draw`, `apply`), a forward pass of the peer's model and of
-its reference models (`references`), a criterion on their outputs (`criterion`) and a penalty on the
-parameters (`penalty`) sets `batchable`; its co-located peers can then train as one computation
-(`p2pfl.algorithms.batched`, --batch-peers), and its peer-by-peer loop is built from the same pieces.
+`local_loss` takes a `p2pfl.algorithms.local_batch.PeerBatch`: the step's batch of one peer or, when the method
+declares `batchable`, of several. Its default is built from pieces: an augmentation (`draw`, `apply`), a forward
+pass of the peer's model and of its reference models (`references`), a criterion on their outputs
+(`criterion`) and a penalty on the parameters (`penalty`, with `penalized`); those work for a group. A method
+whose loss does not split so overrides `local_loss` and takes `batch.alone()`.
 """
 from __future__ import annotations
 
@@ -21,10 +24,13 @@ import torch
 from torch import nn
 
 from p2pfl import optim
+from p2pfl.algorithms.batched import BatchedPeers, batching_verdict
+from p2pfl.algorithms.local_batch import Criterion, LocalRun, PeerBatch, Penalty, StepLoss, trainable
 from p2pfl.algorithms.peer import Peer
 from p2pfl.data import PeerData
 from p2pfl.models.params import state_copy
-from p2pfl.rounds import Algorithm, RunContext
+from p2pfl.network import RoundNetwork
+from p2pfl.rounds import Algorithm, LocalRound, RunContext
 from p2pfl.seeding import torch_generator
 
 
@@ -35,8 +41,8 @@ class LocalTrainer(Algorithm):
     record: ClassVar[type[Peer]] = Peer
     #: False for the baselines that never talk to their neighbours.
     communicates: ClassVar[bool] = True
-    #: The local step is draw → apply → model and references → criterion + penalty (see the module doc), with
-    #: no other per-step state, so co-located peers may train peer-stacked (--batch-peers).
+    #: `local_loss` takes a batch of several peers (the default's pieces do, with no other per-step state), so
+    #: co-located peers may train peer-stacked (--batch-peers); else it is given one peer at a time.
     batchable: ClassVar[bool] = False
     #: The method adds `penalty` to its loss (its peer records then hold `start`).
     penalized: ClassVar[bool] = False
@@ -44,7 +50,7 @@ class LocalTrainer(Algorithm):
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
         self.peers: dict[int, Peer] = {}
-        self.batched = None  # p2pfl.algorithms.batched.BatchedPeers when --batch-peers applies
+        self.batched: BatchedPeers | None = None  # when --batch-peers applies
         #: When a dict, every local step's loss is appended under its peer (tests compare the two paths by it).
         self.step_losses: dict[int, list[float]] | None = None
 
@@ -61,12 +67,20 @@ class LocalTrainer(Algorithm):
         """The peer's model, initialised, on the run's device."""
         raise NotImplementedError
 
-    def batch_loss(self, peer: Peer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The loss of one batch of uint8 images `x` with targets `y` (augmentation is the method's). Methods
-        built from the pieces below need not define it: it is then their augmentation followed by `loss_on`."""
-        return self.loss_on(peer, self.apply(x, self.draw(peer, x)), y)[0]
+    def local_loss(self, batch: PeerBatch) -> StepLoss:
+        """The method's loss of one local step: one loss per peer of `batch` ([n]; a scalar for a batch of one)
+        and named terms to report. By default the pieces below: the augmentation, the models and references,
+        the criterion and, with `penalized`, the penalty. A loss that does not split so overrides this and
+        reads `batch.alone()` (one peer's uint8 images and targets; augmentation is the method's)."""
+        return batch.model_loss(batch.augment(self.draw, self.apply), self.criterion,
+                                self.penalty if self.penalized else None)
 
-    # ------------------------------------------------------------------ the pieces of a batchable step
+    def batch_loss(self, peer: Peer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The loss of `peer` on one uint8 batch, as a local step computes it (`local_loss`), for tests and
+        tools; not a way to state a loss."""
+        return self.local_loss(OneBatch(peer, x, y, self.references(peer)))[0]
+
+    # ------------------------------------------------------------------ the pieces of the default loss
     def draw(self, peer: Peer, x: torch.Tensor) -> Any:
         """The random draws of the batch's augmentation from the peer's stream: tensors (in dicts, tuples or
         lists) whose first axis is the batch, so that several peers' draws concatenate."""
@@ -77,7 +91,8 @@ class LocalTrainer(Algorithm):
         raise NotImplementedError
 
     def references(self, peer: Peer) -> list[nn.Module]:
-        """Models run without gradients on the same input as the peer's model (MOON's reference models)."""
+        """Models run without gradients on the same input as the peer's model (MOON's reference models); the
+        same modules for the whole local round."""
         return []
 
     def criterion(self, out: Any, y: torch.Tensor, refs: list[Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -94,39 +109,20 @@ class LocalTrainer(Algorithm):
         """Peers train together only when their keys agree (e.g. MOON's pool length)."""
         return None
 
-    def step_loss(self, peer: Peer, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The loss of one local step of `peer` on the batch, and the terms it reports: the method's own
-        `batch_loss` where it has one (or a test replaced it), else the pieces."""
-        if getattr(self.batch_loss, "__func__", None) is not LocalTrainer.batch_loss:
-            return self.batch_loss(peer, x, y), {}
-        return self.loss_on(peer, self.apply(x, self.draw(peer, x)), y)
-
-    def loss_on(self, peer: Peer, inputs: torch.Tensor, y: torch.Tensor
-                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """(loss, terms) of `peer` on already augmented, normalised `inputs`: its model and references, the
-        criterion, the penalty."""
-        out = peer.model(inputs)
-        with torch.no_grad():
-            refs = [ref(inputs) for ref in self.references(peer)]
-        loss, terms = self.criterion(out, y, refs)
-        if self.penalized:  # its records keep `start`, the parameters the peer started the round with
-            extra = self.penalty([p.unsqueeze(0) for p in self.trainable(peer.model)],
-                                 [p.unsqueeze(0) for p in peer.start])
-            loss = loss + extra[0]
-        return loss, terms
-
+    # ------------------------------------------------------------------ hooks
     def init_peer(self, peer: Peer) -> None:
         """Fill the method's own fields of a freshly built record."""
 
     def before_local(self, peer: Peer, round: int) -> None:
         """Hook before a peer's local training in `round` (e.g. snapshot the model it starts from). It must
-        not change the peer's model: the batched path takes its roll-back point after it."""
+        not change the peer's model: the roll-back point is taken after it."""
 
     def after_backward(self, peer: Peer) -> None:
-        """Hook between backward and the optimiser step (gradient corrections)."""
+        """Hook between backward and the optimiser step of a peer trained alone (gradient corrections; a
+        `batchable` method has none)."""
 
-    def after_local(self, peer: Peer, round: int) -> None:
-        """Hook after a peer's local training in `round`."""
+    def after_local(self, peer: Peer, round: int, steps: int) -> None:
+        """Hook after a peer's `steps` local steps in `round` (before a non-finite update is rolled back)."""
 
     # ------------------------------------------------------------------ set-up
     def setup(self) -> None:
@@ -143,9 +139,11 @@ class LocalTrainer(Algorithm):
 
     def setup_batching(self) -> None:
         """Decide --batch-peers for this rank's peers and say so in the manifest (every rank's verdict)."""
-        from p2pfl.algorithms.batched import BatchedPeers, batching_verdict
-        batched, why = batching_verdict(self, self.cfg.batch_peers)
-        self.batched = BatchedPeers(self) if batched else None
+        first = self.peers[self.ctx.local_peers[0]].model
+        batched, why = batching_verdict(self.cfg.batch_peers, self.name, self.batchable, self.cfg, first,
+                                        len(self.peers), self.ctx.device)
+        datas = [self.peers[p].data for p in self.ctx.local_peers]
+        self.batched = BatchedPeers(self.cfg, first, datas, self.ctx.device, self.lr_at) if batched else None
         verdicts = self.ctx.world.allgather({"batched": batched, "why": why})
         self.ctx.record_manifest(batch_peers={"mode": self.cfg.batch_peers, "ranks": verdicts})
         self.record_memory()
@@ -163,9 +161,7 @@ class LocalTrainer(Algorithm):
             "shard_bytes_mean": sum(shards) / len(shards), "shard_bytes_max": max(shards)})
 
     # ------------------------------------------------------------------ optimisers and schedule
-    @staticmethod
-    def trainable(model: nn.Module) -> list[nn.Parameter]:
-        return [p for p in model.parameters() if p.requires_grad]
+    trainable = staticmethod(trainable)
 
     def lr_at(self, round: int) -> float:
         """The learning rate of `round` under --schedule."""
@@ -193,66 +189,135 @@ class LocalTrainer(Algorithm):
             return self.cfg.local_steps
         return max(1, round(self.cfg.local_epochs * peer.data.steps_per_epoch(self.batch_size(peer))))
 
-    def steps(self, peer: Peer) -> int:
-        """Local steps of the peer this round: `full_steps`; a straggler (--stragglers) does its share of them,
-        at least one."""
+    def steps(self, peer: Peer, net: RoundNetwork) -> int:
+        """Local steps of the peer in the round of `net`: `full_steps`; a straggler (--stragglers) does its
+        share of them, at least one."""
         full = self.full_steps(peer)
-        work = self.net.work_fraction(peer.id)
+        work = net.work_fraction(peer.id)
         return full if work >= 1.0 else max(1, round(work * full))
 
-    def local_updates(self, peers: list[int], round: int) -> dict[int, dict[str, float]]:
-        if self.batched is not None:
-            return self.batched.train(peers, round)
-        return super().local_updates(peers, round)
+    def local_update(self, peer_id: int, round: int, net: RoundNetwork | None = None) -> dict[str, float]:
+        """One peer's local round alone, its metrics (a testing aid: `local_updates` also says what it rolled
+        back). `net`: the round's network, by default the schedule's of `round`."""
+        net = self.ctx.schedule.at(round) if net is None else net
+        return self.local_updates([peer_id], round, net).metrics[peer_id]
 
-    def local_update(self, peer_id: int, round: int) -> dict[str, float]:
-        """The peer's local round; an update that turns non-finite is rolled back (or ends the job, with
-        --on-nonfinite abort) so that a peer never mixes or keeps a poisoned model."""
-        peer = self.peers[peer_id]
-        before = self.snapshot(peer)
-        return self.guard(peer, round, self._train(peer, round), before)
+    def local_updates(self, peers: list[int], round: int, net: RoundNetwork) -> LocalRound:
+        """The given peers' local rounds: peer by peer, or in peer-stacked groups under --batch-peers. An
+        update that turns non-finite is rolled back (or ends the job, with --on-nonfinite abort) so that a peer
+        never mixes or keeps a poisoned model."""
+        out = LocalRound()
+        for group in self.groups(peers, net):
+            self.train_group(group, round, net, out)
+        out.metrics = {p: out.metrics[p] for p in peers}
+        return out
 
-    @staticmethod
-    def snapshot(peer: Peer) -> dict[str, torch.Tensor]:
-        """A copy of the peer's model state to roll back to."""
-        return state_copy(peer.model)
+    def groups(self, peers: list[int], net: RoundNetwork) -> list[list[Peer]]:
+        """The peers as groups that train together: one by one, or with --batch-peers those whose batch size
+        and `batch_key` agree, ordered by steps (most first, so the peers still training are a prefix), at most
+        a chunk each."""
+        if self.batched is None:
+            return [[self.peers[p]] for p in peers]
+        by_key: dict[Any, list[Peer]] = {}
+        for p in peers:
+            peer = self.peers[p]
+            by_key.setdefault((self.batch_size(peer), self.batch_key(peer)), []).append(peer)
+        out = []
+        chunk = self.batched.chunk
+        for members in by_key.values():
+            members.sort(key=lambda peer: (-self.steps(peer, net), peer.id))
+            out.extend(members[i:i + chunk] for i in range(0, len(members), chunk))
+        return out
 
-    def guard(self, peer: Peer, round: int, metrics: dict[str, float],
-              before: dict[str, torch.Tensor] | Callable[[], None], finite: bool | None = None) -> dict[str, float]:
-        """`metrics` of a finished local round; a non-finite outcome is rolled back to `before` (a state dict,
-        or what restores it) or aborts. `finite`: whether the model is finite, when the caller already knows."""
-        if finite is None:
-            state = [v for v in peer.model.state_dict().values() if v.is_floating_point()]
-            finite = all(bool(torch.isfinite(v).all()) for v in state)
-        if math.isfinite(metrics["loss"]) and finite:
-            return metrics
-        if self.cfg.on_nonfinite == "abort":
-            raise RuntimeError(f"peer {peer.id}'s update turned non-finite in round {round} (--on-nonfinite abort)")
-        if callable(before):
-            before()
+    def train_group(self, group: list[Peer], round: int, net: RoundNetwork, out: LocalRound) -> None:
+        """The local round of a group (ordered by steps, most first) into `out`: the one local loop, whatever
+        runs the steps (a peer alone, or the group peer-stacked)."""
+        for peer in group:
+            self.before_local(peer, round)
+            peer.model.train()
+        steps = [self.steps(peer, net) for peer in group]
+        size = self.batch_size(group[0])
+        references = [self.references(peer) for peer in group]
+        if len(group) == 1:
+            run: LocalRun = OnePeer(self, group[0], round, size, references[0])
         else:
-            peer.model.load_state_dict(before)
-        peer.optimizer.state.clear()
-        self.rolled_back.append(peer.id)
-        return metrics
-
-    def _train(self, peer: Peer, round: int) -> dict[str, float]:
-        self.before_local(peer, round)
-        peer.model.train()
-        opt = self.for_round(peer.optimizer, round)
-        total, steps, size = 0.0, self.steps(peer), self.batch_size(peer)
+            assert self.batched is not None
+            run = self.batched.run(group, round, size, references)
+        device = self.ctx.device
+        totals = torch.zeros(len(group), dtype=torch.float64, device=device)
         terms: dict[str, torch.Tensor] = {}
-        for _ in range(steps):
-            x, y = peer.data.next_batch(size)
-            loss, step_terms = self.step_loss(peer, x, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.after_backward(peer)
-            opt.step()
-            total += float(loss.detach())
+        for s in range(max(steps)):
+            n = sum(1 for k in steps if k > s)
+            loss, step_terms = self.local_loss(run.batch(n))
+            loss = loss.reshape(n)
+            run.step(loss, n)
+            totals[:n] += loss.detach().double()
             if self.step_losses is not None:
-                self.step_losses.setdefault(peer.id, []).append(float(loss.detach()))
+                for peer, value in zip(group, loss.detach().tolist()):
+                    self.step_losses.setdefault(peer.id, []).append(value)
             for k, v in step_terms.items():
-                terms[k] = terms.get(k, 0.0) + v.detach()
-        self.after_local(peer, round)
-        return {"loss": total / steps, **{k: float(v) / steps for k, v in terms.items()}}
+                terms.setdefault(k, torch.zeros(len(group), dtype=v.dtype, device=device))[:n] += v.detach().reshape(n)
+        finite = run.finish()
+        totals_, terms_ = totals.tolist(), {k: v.tolist() for k, v in terms.items()}
+        for i, peer in enumerate(group):
+            self.after_local(peer, round, steps[i])
+            metrics = {"loss": totals_[i] / steps[i], **{k: v[i] / steps[i] for k, v in terms_.items()}}
+            if not (math.isfinite(metrics["loss"]) and finite[i]):
+                if self.cfg.on_nonfinite == "abort":
+                    raise RuntimeError(f"peer {peer.id}'s update turned non-finite in round {round} "
+                                       "(--on-nonfinite abort)")
+                run.roll_back(i)
+                peer.optimizer.state.clear()
+                out.rolled_back.append(peer.id)
+            out.metrics[peer.id] = metrics
+
+
+class OnePeer(LocalRun):
+    """A peer's local round alone: its own model and optimiser, a step at a time."""
+
+    def __init__(self, trainer: LocalTrainer, peer: Peer, round: int, size: int,
+                 references: list[nn.Module]) -> None:
+        self.trainer, self.peer, self.size, self.refs = trainer, peer, size, references
+        self.before = state_copy(peer.model)  # what the peer returns to when its update turns non-finite
+        self.opt = trainer.for_round(peer.optimizer, round)
+
+    def batch(self, n: int) -> PeerBatch:
+        return OneBatch(self.peer, *self.peer.data.next_batch(self.size), self.refs)
+
+    def step(self, loss: torch.Tensor, n: int) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        loss.sum().backward()
+        self.trainer.after_backward(self.peer)
+        self.opt.step()
+
+    def finish(self) -> list[bool]:
+        state = [v for v in self.peer.model.state_dict().values() if v.is_floating_point()]
+        return [all(bool(torch.isfinite(v).all()) for v in state)]
+
+    def roll_back(self, i: int) -> None:
+        self.peer.model.load_state_dict(self.before)
+
+
+class OneBatch(PeerBatch):
+    """A step's batch of one peer: its uint8 images `x` and targets `y`, and its reference models."""
+
+    def __init__(self, peer: Peer, x: torch.Tensor, y: torch.Tensor, references: list[nn.Module]) -> None:
+        self.peer, self.peers, self.x, self.y, self.refs = peer, [peer], x, y, references
+
+    def augment(self, draw: Callable[[Peer, torch.Tensor], Any], apply: Callable[[torch.Tensor, Any], torch.Tensor]
+                ) -> torch.Tensor:
+        return apply(self.x, draw(self.peer, self.x))
+
+    def model_loss(self, inputs: torch.Tensor, criterion: Criterion, penalty: Penalty | None = None) -> StepLoss:
+        peer = self.peer
+        out = peer.model(inputs)
+        with torch.no_grad():
+            refs = [ref(inputs) for ref in self.refs]
+        loss, terms = criterion(out, self.y, refs)
+        if penalty is not None:  # its records keep `start`, the parameters the peer started the round with
+            extra = penalty([p.unsqueeze(0) for p in trainable(peer.model)], [p.unsqueeze(0) for p in peer.start])
+            loss = loss + extra[0]
+        return loss, terms
+
+    def alone(self) -> tuple[Peer, torch.Tensor, torch.Tensor]:
+        return self.peer, self.x, self.y
