@@ -47,9 +47,9 @@ from p2pfl.evaluation import features, multilabel_scores
 from p2pfl.gossip import finite
 from p2pfl.losses.align import GRAM_LABEL_SMOOTHING, align_loss, align_temperatures, anchor_gradient_cosine
 from p2pfl.models import RepresentationNet, SupervisedNet, build_encoder, count_parameters, init_model
+from p2pfl.models.pretrained import load_into
 from p2pfl.network import RoundNetwork
 from p2pfl.peerspec import PeersSpec, uniform_spec
-from p2pfl.pretrain import load_into
 from p2pfl.records import Summary
 from p2pfl.rounds import RunContext
 from p2pfl.runtime.progress import format_bytes
