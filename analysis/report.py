@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from p2pfl.records import TASK_METRIC, TASK_METRIC_NAME
+from p2pfl.fedmuscle.records import TASK_METRIC, TASK_METRIC_NAME
 from p2pfl.runtime.files import write_atomic
 from p2pfl.runtime.progress import format_bytes
 

@@ -50,8 +50,8 @@ def held_out_indices(n: int, run_config: str, dataset: str, seed: int | None = N
     """The training indices of `dataset` that the run of `run_config` (a YAML run configuration with a peers
     spec; with `seed` instead of its own) never reads: not its public set, not any peer's training images."""
     from p2pfl.config import load_yaml, make_config
-    from p2pfl.data.multitask import used_training_indices
-    from p2pfl.peerspec import load_peers_spec
+    from p2pfl.fedmuscle.multitask import used_training_indices
+    from p2pfl.fedmuscle.peerspec import load_peers_spec
 
     values = load_yaml(run_config)
     spec_path = values.get("peers_spec")
