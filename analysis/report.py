@@ -4,7 +4,8 @@
     python -m analysis.report STUDY_DIR [--out REPORT_DIR] [--no-plots] [--metric NAME]
 
 A folder with a plan.json is a study (runs over a grid of options x seeds): its report (groups over seeds,
-95% confidence intervals, figures) is analysis.study's, written into STUDY_DIR/report/ unless --out says where.
+95% confidence intervals; analysis.study) and its figures (analysis.study_plots) are written into
+STUDY_DIR/report/ unless --out says where (`write_study_report`).
 
 Rebuilds each run's plots, prints one markdown table with a row per run (algorithm, topology, peers,
 partition, rounds, final eval metrics, bytes sent per peer per round, wall time) and writes it to --out.
@@ -21,13 +22,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from p2pfl.records import TASK_METRIC, TASK_METRIC_NAME
+from p2pfl.fedmuscle.records import TASK_METRIC, TASK_METRIC_NAME
 from p2pfl.runtime.files import write_atomic
 from p2pfl.runtime.progress import format_bytes
 
 from .delta import Delta, delta_percent, lower_is_better
 from .runs import Run, RunFolderError, load_run
-from .study import StudyFolderError, is_study, write_study_report
+from .study import StudyFolderError, build_study_markdown, headline_metric, is_study, load_study, study_table_csv
 
 __all__ = [
     "Delta",
@@ -36,6 +37,7 @@ __all__ = [
     "runs_table",
     "delta_table",
     "build_report",
+    "write_study_report",
     "main",
 ]
 
@@ -224,6 +226,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(text)
     write_atomic(out, text)
     return 0
+
+
+def write_study_report(study_dir: str | os.PathLike, out: str | os.PathLike | None = None, plots: bool = True,
+                       metric: str | None = None) -> tuple[str, list[Path]]:
+    """Write report.md, table.csv and (unless ``plots`` is False) the figures into ``out`` (default
+    STUDY_DIR/report; an ``out`` ending in .md names the markdown file, the rest goes beside it); return the
+    markdown and the files written."""
+    study = load_study(study_dir)
+    if metric is not None and study.metrics and metric not in study.metrics:
+        raise StudyFolderError(f"no finished run reports the metric {metric!r}; they report: "
+                               + ", ".join(study.metrics))
+    target = Path(out) if out is not None else study.path / "report"
+    md_path = target if target.suffix == ".md" else target / "report.md"
+    folder = md_path.parent
+    figures: dict[str, Path] = {}
+    if plots:
+        from .study_plots import plot_study  # matplotlib, only when drawing
+
+        figures = plot_study(study, folder, headline_metric(study, metric))
+    text = build_study_markdown(study, figures, base=folder)
+    write_atomic(folder / "table.csv", study_table_csv(study))
+    write_atomic(md_path, text)
+    return text, [md_path, folder / "table.csv", *figures.values()]
 
 
 def _study_main(study_dir: str, out: str | None, plots: bool, metric: str | None) -> int:

@@ -18,7 +18,8 @@ from typing import IO, Any
 
 import yaml
 
-from p2pfl.records import EvalRecord, Manifest, PeerSpecEntry, RoundRecord, RoundStart, Summary, TopologyRecord
+from p2pfl.fedmuscle.records import PeerSpecEntry
+from p2pfl.records import EvalRecord, Manifest, RoundRecord, RoundStart, Summary, TopologyRecord
 
 __all__ = ["Run", "RunFolderError", "load_run", "is_number"]
 

@@ -9,7 +9,8 @@ finished) and, from the local runner, ``logs/NAME.log`` and ``logs/NAME.rc`` (ou
 Points are grouped by every axis except ``seed``; per group and final eval metric the report gives the mean over
 the finished seeds and its 95% Student-t confidence interval, mean ± t_{0.975,n−1}·s/√n (none for n = 1). A
 group with missing, failed or unfinished points says so in every table: it is never dropped. The report goes into
-``STUDY_DIR/report/``: ``report.md``, ``table.csv`` and the figures of ``analysis.study_plots``.
+``STUDY_DIR/report/``: ``report.md``, ``table.csv`` and the figures of ``analysis.study_plots`` (written by
+``analysis.report.write_study_report``).
 """
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from p2pfl.records import PEER_MAX, PEER_MIN
-from p2pfl.runtime.files import write_atomic
 from p2pfl.study.folder import StudyFolder
 from topologies.stats import second_eigenvalue_modulus
 
@@ -35,7 +35,7 @@ from .runs import Run, RunFolderError, is_number, load_run
 __all__ = [
     "Group", "Interval", "Point", "Study", "StudyFolderError", "build_study_markdown", "groups_markdown",
     "headline_metric", "is_study", "load_point", "load_study", "mean_ci", "spectral_gap",
-    "study_table_csv", "t_quantile", "write_study_report",
+    "study_table_csv", "t_quantile",
 ]
 
 PLAN = "plan.json"
@@ -320,26 +320,3 @@ def build_study_markdown(study: Study, figures: dict[str, Path] | None = None, b
             link = Path(os.path.relpath(path.resolve(), base.resolve())).as_posix() if base else str(path)
             parts += [f"### {title}", "", f"![{title}]({link})", ""]
     return "\n".join(parts)
-
-
-def write_study_report(study_dir: str | os.PathLike, out: str | os.PathLike | None = None, plots: bool = True,
-                       metric: str | None = None) -> tuple[str, list[Path]]:
-    """Write report.md, table.csv and (unless ``plots`` is False) the figures into ``out`` (default
-    STUDY_DIR/report; an ``out`` ending in .md names the markdown file, the rest goes beside it); return the
-    markdown and the files written."""
-    study = load_study(study_dir)
-    if metric is not None and study.metrics and metric not in study.metrics:
-        raise StudyFolderError(f"no finished run reports the metric {metric!r}; they report: "
-                               + ", ".join(study.metrics))
-    target = Path(out) if out is not None else study.path / "report"
-    md_path = target if target.suffix == ".md" else target / "report.md"
-    folder = md_path.parent
-    figures: dict[str, Path] = {}
-    if plots:
-        from .study_plots import plot_study
-
-        figures = plot_study(study, folder, headline_metric(study, metric))
-    text = build_study_markdown(study, figures, base=folder)
-    write_atomic(folder / "table.csv", study_table_csv(study))
-    write_atomic(md_path, text)
-    return text, [md_path, folder / "table.csv", *figures.values()]

@@ -20,12 +20,9 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
-
-if TYPE_CHECKING:
-    from p2pfl.peerspec import PeersSpec
 
 
 class ConfigError(ValueError):
@@ -345,7 +342,7 @@ def _declared(cfg: RunConfig, what: str) -> dict[str, Any]:
     """The class attribute `what` ("defaults" or "allowed"; see p2pfl.rounds.Algorithm) of the class that
     runs cfg's algorithm."""
     from p2pfl.algorithms import get
-    return dict(getattr(get(cfg.algorithm, peers_spec=cfg.peers_spec is not None), what, {}))
+    return dict(getattr(get(cfg.algorithm, cfg), what, {}))
 
 
 def _check(ok: bool, option: str, message: str) -> None:
@@ -440,6 +437,9 @@ def validate(cfg: RunConfig) -> None:
 
 
 SINGLE_PROCESS_PEERS = 20
+#: What reads --peers-spec: a function of the module that owns the format (named like the owners of allowed values,
+#: imported only when a run has one), called with the configuration; it returns the spec, with `n_peers`.
+PEERS_SPEC_READER = "p2pfl.fedmuscle.peerspec:read_run_spec"
 
 
 @dataclass(frozen=True)
@@ -447,17 +447,16 @@ class ResolvedRun:
     """A run's configuration completed once for its world size, with what was read to complete it."""
 
     cfg: RunConfig  # peers is K, a number
-    spec: PeersSpec | None  # the --peers-spec file, read and checked once
+    spec: Any  # the --peers-spec file as its owner read and checked it, once (None without one)
 
 
 def resolve(cfg: RunConfig, world_size: int) -> ResolvedRun:
     """The run on `world_size` ranks. K is --peers, else the peers of --peers-spec, else the world size, else
-    (one process) the main job's 20 peers; the peers spec is read here and nowhere else."""
+    (one process) the main job's 20 peers; the peers spec is read here (PEERS_SPEC_READER) and nowhere else."""
     spec = None
     if cfg.peers_spec is not None:
-        from p2pfl.peerspec import load_peers_spec
-        spec = load_peers_spec(cfg.peers_spec, default_dataset=cfg.dataset, public_size=cfg.public_size,
-                               n_peers=cfg.peers)
+        module, _, reader = PEERS_SPEC_READER.partition(":")
+        spec = getattr(importlib.import_module(module), reader)(cfg)
     if cfg.peers is not None:
         peers = cfg.peers
     elif spec is not None:
@@ -469,7 +468,7 @@ def resolve(cfg: RunConfig, world_size: int) -> ResolvedRun:
            f"{peers} peers cannot fill {world_size} MPI ranks; use --peers >= {world_size} or fewer ranks")
     if cfg.batch_peers == "on":
         from p2pfl import algorithms
-        _check(getattr(algorithms.get(cfg.algorithm, spec is not None), "batchable", False), "batch_peers",
+        _check(getattr(algorithms.get(cfg.algorithm, cfg), "batchable", False), "batch_peers",
                f"'on' needs a method that supports it; --algorithm {cfg.algorithm} does not yet (supported: "
                f"{', '.join(algorithms.batchable())}); use auto or off")
     if cfg.byzantine is not None:

@@ -36,17 +36,12 @@ from p2pfl.data.augment import SimCLRAugment, dataset_stats, simclr_crop_scale
 from p2pfl.data.partition import random_subset
 from p2pfl.losses import nt_xent
 from p2pfl.models import SimCLRNet, SupervisedNet, build_encoder
-from p2pfl.models.params import init_model, state_copy
+from p2pfl.models.params import init_model
+from p2pfl.models.pretrained import FORMAT, PretrainError, write_checkpoint
 from p2pfl.seeding import SHARED, torch_generator
 
-#: The file format of a built-in encoder's checkpoint.
-FORMAT = "p2pfl-pretrained/1"
 HF_FAMILIES = ("hf-vit", "hf-resnet")
 OBJECTIVES = ("supervised", "simclr")
-
-
-class PretrainError(ValueError):
-    """Bad pretraining input or an `init:` checkpoint that does not fit its peers; one line."""
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -55,8 +50,8 @@ def held_out_indices(n: int, run_config: str, dataset: str, seed: int | None = N
     """The training indices of `dataset` that the run of `run_config` (a YAML run configuration with a peers
     spec; with `seed` instead of its own) never reads: not its public set, not any peer's training images."""
     from p2pfl.config import load_yaml, make_config
-    from p2pfl.data.multitask import used_training_indices
-    from p2pfl.peerspec import load_peers_spec
+    from p2pfl.fedmuscle.multitask import used_training_indices
+    from p2pfl.fedmuscle.peerspec import load_peers_spec
 
     values = load_yaml(run_config)
     spec_path = values.get("peers_spec")
@@ -197,14 +192,6 @@ def pretrain(args: argparse.Namespace) -> dict[str, Any]:
     return about
 
 
-def write_checkpoint(encoder: nn.Module, path: Path, about: dict[str, Any]) -> None:
-    """The encoder's state dict and `about`, replaced atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({**about, "encoder": state_copy(encoder)}, tmp)
-    os.replace(tmp, path)
-
-
 def write_hf(encoder: nn.Module, folder: Path, about: dict[str, Any]) -> None:
     """The trained backbone as a save_pretrained folder, with `about` beside it as pretrain.json."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -212,21 +199,6 @@ def write_hf(encoder: nn.Module, folder: Path, about: dict[str, Any]) -> None:
     tmp = folder / "pretrain.json.tmp"
     tmp.write_text(json.dumps(about, indent=1))
     os.replace(tmp, folder / "pretrain.json")
-
-
-def load_into(encoder: nn.Module, path: str, model: str, channels: int, image_size: int) -> None:
-    """Load the pretrained encoder at `path` into `encoder` (the peers' `model`, `channels` x `image_size`),
-    strictly; a file that is not such a checkpoint or was made for another model is one line."""
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
-        raise PretrainError(f"init {path}: not a readable checkpoint ({type(e).__name__})") from e
-    if not isinstance(saved, dict) or saved.get("format") != FORMAT:
-        raise PretrainError(f"init {path}: not written by python -m p2pfl.pretrain")
-    if (saved["model"], saved["in_channels"], saved["image_size"]) != (model, channels, image_size):
-        raise PretrainError(f"init {path}: made for {saved['model']} on {saved['in_channels']}x"
-                            f"{saved['image_size']}px images, the peers have {model} on {channels}x{image_size}px")
-    encoder.load_state_dict(saved["encoder"], strict=True)
 
 
 # ------------------------------------------------------------------------------------------------ CLI

@@ -23,8 +23,6 @@ PEER_MEAN, PEER_MIN, PEER_MAX = "_peer_mean", "_peer_min", "_peer_max"
 AVG = "_avg"
 #: The per-peer metric of local training every Learner reports in the round records.
 LOSS = "loss"
-#: FedMuscle's per-peer eval metrics: each peer's task metric and its name (compared by the Δ% of SPEC §6).
-TASK_METRIC, TASK_METRIC_NAME = "task_metric", "task_metric_name"
 
 
 class RoundStart(TypedDict):
@@ -75,7 +73,7 @@ class RoundRecord(RoundStart):
 
 class EvalRecord(TypedDict):
     """An evaluation: network-level metrics plus statistics over peers (`_peer_mean/_min/_max`), and each
-    peer's own metrics (numbers, and a few labels such as FedMuscle's `task_metric_name`)."""
+    peer's own metrics (numbers, and a few labels such as the name of a peer's task metric)."""
 
     type: Literal["eval"]
     round: int
@@ -159,20 +157,6 @@ class CommCounters(TypedDict):
     time_wait_s: float
 
 
-class MuscleCommunication(TypedDict):
-    """FedMuscle's bytes per peer and round, measured and by formula, next to the paper's server design."""
-
-    bytes_sent_per_peer_round: float
-    bytes_sent_per_peer_round_by_peer: dict[str, float]
-    p2p_formula: str
-    p2p_bytes_per_peer_round_expected: float
-    server_formula: str
-    server_M: int
-    server_uplink_bytes_per_peer_round: float
-    server_downlink_bytes_per_peer_round: float
-    server_bytes_per_round: float
-
-
 class NetworkSummary(TypedDict):
     """What the network did over the run: its kind, links used per round (mean over rounds, and out of how
     many the topology offered), the peers crashed by the end (the final evaluation covers the others)."""
@@ -199,9 +183,7 @@ class _Summary(TypedDict):
 
 class Summary(_Summary, total=False):
     """summary.json: the run, its wall time, the final evaluation's metrics, traffic per rank; then what the
-    method adds (`Algorithm.summary`)."""
-
-    communication: MuscleCommunication  # fedmuscle, local --peers-spec
+    method adds (`Algorithm.summary`; a method's own entries are declared in a subtype next to the method)."""
 
 
 def _str_keys(value: Any) -> Any:
@@ -261,7 +243,9 @@ class TopologyRecord(TypedDict):
     stats: TopologyStats
 
 
-class _Partition(TypedDict):
+class Partition(TypedDict):
+    """What every partition record holds: how the data was split, each peer's size and class counts."""
+
     kind: str
     alpha: float
     beta: float
@@ -269,18 +253,11 @@ class _Partition(TypedDict):
     class_counts: list[list[int]]  # peers x classes
 
 
-class DataPartition(_Partition):
+class DataPartition(Partition):
     """The partition of one dataset over the peers (p2pfl.workload)."""
 
     classes: list[str]
     rotation_groups: list[int]
-
-
-class TaskGroupPartition(_Partition):
-    """FedMuscle's partition, within each task group of the peer specification."""
-
-    within: str
-    task_groups: list[int]
 
 
 class _Dataset(TypedDict):
@@ -299,53 +276,6 @@ class ModelInfo(TypedDict):
     name: str
     parameters: int
     mixed_per_message: int
-
-
-class PeerSpecEntry(TypedDict):
-    """One peer of a --peers-spec (PeerSpec.manifest)."""
-
-    peer: int
-    model: str
-    task: str
-    dataset: str
-    group: int
-    task_group: int
-    labels: list[int] | None
-    metric: str
-
-
-class ModelEntry(TypedDict):
-    """One model family of a --peers-spec run."""
-
-    group: int
-    model: str
-    task: str
-    dataset: str
-    parameters: int
-    trainable: int
-    representation_trainable: int
-    outputs: int
-    input: list[int]
-
-
-class PublicData(TypedDict):
-    dataset: str
-    size: int
-    batch: int
-    rep_dim: int
-    source: str
-    conversion: str
-
-
-class Alignment(TypedDict):
-    loss: str
-    muscle_m: int
-    contrastive_steps: int
-    tau: float
-    tau_prev: float
-    gram_tau: float
-    gram_label_smoothing: float
-    matched: bool  # --align-tau given: every loss at that one temperature
 
 
 class NetworkManifest(TypedDict):
@@ -421,17 +351,14 @@ class MemoryPeak(TypedDict):
 
 
 class Manifest(BaseManifest, total=False):
-    """manifest.json: the base, then what the method records at set-up (`RunContext.record_manifest`)."""
+    """manifest.json: the base, then what the method records at set-up (`RunContext.record_manifest`; a method's
+    own entries are declared in a subtype next to the method)."""
 
     host_allocator: str  # every run, at start: what p2pfl.runtime.allocator did to the C allocator
     batch_peers: BatchPeers  # local trainers
     memory: PeerMemory  # local trainers
     memory_peak: MemoryPeak  # every run, at the end
 
-    partition: DataPartition | TaskGroupPartition  # methods that train on partitioned data
+    partition: DataPartition  # methods that train on partitioned data
     dataset: DatasetInfo  # learners
     model: ModelInfo  # learners
-    peers_spec: list[PeerSpecEntry]  # fedmuscle, local --peers-spec
-    models: list[ModelEntry]  # fedmuscle, local --peers-spec
-    public: PublicData  # fedmuscle, local --peers-spec
-    alignment: Alignment  # fedmuscle, local --peers-spec

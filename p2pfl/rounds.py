@@ -22,7 +22,6 @@ from p2pfl.comm.world import World
 from p2pfl.config import RunConfig
 from p2pfl.gossip import CheckedExchange, Events, Gossip, consensus_distance
 from p2pfl.network import NetworkSchedule, RoundNetwork
-from p2pfl.peerspec import PeersSpec
 from p2pfl.records import (
     EvalRecord,
     NetworkSummary,
@@ -61,7 +60,7 @@ class RunContext:
     device: torch.device
     run_dir: Path
     folder: RunFolder | None = None
-    spec: PeersSpec | None = None  # the --peers-spec of the run, read once by p2pfl.config.resolve
+    spec: Any = None  # the --peers-spec file as p2pfl.config.resolve had its owner read it, once a run
     robust: Robust = field(default_factory=lambda: Robust(frozenset()))  # attackers and the aggregator
     manifest_extra: dict[str, Any] = field(default_factory=dict)
 
@@ -112,6 +111,12 @@ class Algorithm:
     defaults: ClassVar[dict[str, Any]] = {}
     #: Options it restricts: option -> the only values it accepts (anything else is a ConfigError).
     allowed: ClassVar[dict[str, tuple[Any, ...]]] = {}
+
+    @classmethod
+    def runs(cls, cfg: RunConfig) -> type[Algorithm]:
+        """The class that runs `cfg` under this method's name (p2pfl.algorithms.get asks; that class's defaults
+        and restrictions apply): this one, unless an option hands the run to another."""
+        return cls
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx

@@ -123,7 +123,7 @@ def biased_consensus_warning(cfg: RunConfig) -> str | None:
 
 def build_algorithm(ctx: RunContext) -> Algorithm:
     """The configured algorithm with its peers set up (bad input ends every rank cleanly)."""
-    algorithm = algorithms.get(ctx.cfg.algorithm, peers_spec=ctx.cfg.peers_spec is not None)(ctx)
+    algorithm = algorithms.get(ctx.cfg.algorithm, ctx.cfg)(ctx)
     agree(ctx.world, algorithm.setup)
     return algorithm
 

@@ -26,11 +26,11 @@ from analysis.plots import (
 )
 from analysis.report import build_report, runs_table
 from p2pfl.config import make_config
+from p2pfl.fedmuscle.records import PeerSpecEntry
 from p2pfl.records import (
     BaseManifest,
     DataPartition,
     Host,
-    PeerSpecEntry,
     Seeds,
     eval_record,
     round_record,

@@ -204,7 +204,7 @@ def test_peers_come_from_the_world_then_the_spec() -> None:
 
 
 def test_peers_spec_is_read_once_per_run(tmp_path, monkeypatch) -> None:
-    import p2pfl.peerspec as peerspec
+    import p2pfl.fedmuscle.peerspec as peerspec
 
     reads = []
     read = peerspec.read_spec_file

@@ -8,7 +8,7 @@ import torch
 from p2pfl.data.datasets import CIFAR10_CLASSES, synthetic_dataset
 from p2pfl.data.loader import PeerData, ShardPool
 from p2pfl.data.partition import partition
-from p2pfl.data.tasks import (
+from p2pfl.fedmuscle.tasks import (
     coarse_labels,
     keep_labels,
     make_mosaic,

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from p2pfl.algorithms.fedmuscle import FedMuscle, public_batch_indices, sample_neighbours, server_bytes_per_round
-from p2pfl.data import load_dataset, split_public, to_geometry
+from p2pfl.data import load_dataset, to_geometry
 from p2pfl.evaluation import multilabel_scores
+from p2pfl.fedmuscle.algorithm import FedMuscle, public_batch_indices, sample_neighbours, server_bytes_per_round
+from p2pfl.fedmuscle.tasks import split_public
 from p2pfl.losses import muscle_loss
 from p2pfl.seeding import SHARED, numpy_rng
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from p2pfl.config import load_yaml, make_config
-from p2pfl.peerspec import PeerSpecError, load_peers_spec, parse_peers_spec
+from p2pfl.fedmuscle.peerspec import PeerSpecError, load_peers_spec, parse_peers_spec
 
 from conftest import ROOT, run_job
 

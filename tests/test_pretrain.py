@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from p2pfl.peerspec import PeerSpecError, load_peers_spec
+from p2pfl.fedmuscle.peerspec import PeerSpecError, load_peers_spec
 from p2pfl.pretrain import build_hf_model, held_out_indices, main, parse, training_images
 
 from conftest import run_job

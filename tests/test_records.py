@@ -14,15 +14,15 @@ import topologies
 from analysis import load_run, plot_run
 from analysis.plots import consensus_shares, second_eigenvalue
 from analysis.report import runs_table
+from p2pfl.fedmuscle.records import MuscleManifest as Manifest
+from p2pfl.fedmuscle.records import MuscleSummary as Summary
 from p2pfl.records import (
     LOSS,
     MEAN,
     TIMING_FIELDS,
     EvalRecord,
-    Manifest,
     RoundRecord,
     RoundStart,
-    Summary,
     metric_names,
 )
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 _REGISTRY = {
     "dec-ssl": "p2pfl.algorithms.dec_ssl:DecSSL",
@@ -11,19 +12,13 @@ _REGISTRY = {
     "dec-mae": "p2pfl.algorithms.dec_mae:DecMAE",
     "dec-sl": "p2pfl.algorithms.supervised:DecSL",
     "local": "p2pfl.algorithms.supervised:Local",
-    "fedmuscle": "p2pfl.algorithms.fedmuscle:FedMuscle",
+    "fedmuscle": "p2pfl.fedmuscle.algorithm:FedMuscle",
     "consensus": "p2pfl.algorithms.consensus:Consensus",
     "moon": "p2pfl.algorithms.moon:Moon",
     "fedavg": "p2pfl.algorithms.fedavg:FedAvg",
     "fedprox": "p2pfl.algorithms.fedavg:FedProx",
     "scaffold": "p2pfl.algorithms.fedavg:Scaffold",
     "solo": "p2pfl.algorithms.fedavg:Solo",
-}
-
-
-#: What a name runs when the peers are heterogeneous (--peers-spec), where that differs.
-_WITH_PEERS_SPEC = {
-    "local": "p2pfl.algorithms.fedmuscle:FedMuscleLocal",  # the spec's peers trained alone: FedMuscle's baseline
 }
 
 
@@ -36,8 +31,9 @@ def batchable() -> list[str]:
     return [n for n in _REGISTRY if getattr(get(n), "batchable", False)]
 
 
-def get(name: str, peers_spec: bool = False) -> type:
-    """The Algorithm class registered under `name` (its heterogeneous-peers variant with `peers_spec`)."""
-    target = _WITH_PEERS_SPEC.get(name, _REGISTRY[name]) if peers_spec else _REGISTRY[name]
-    module, _, cls = target.partition(":")
-    return getattr(importlib.import_module(module), cls)
+def get(name: str, cfg: Any = None) -> type:
+    """The Algorithm class registered under `name`; given a run's configuration (a RunConfig), the class that runs
+    it (the registered class's `runs(cfg)`: itself unless an option hands the run to another)."""
+    module, _, cls = _REGISTRY[name].partition(":")
+    algorithm = getattr(importlib.import_module(module), cls)
+    return algorithm if cfg is None else algorithm.runs(cfg)

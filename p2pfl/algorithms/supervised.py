@@ -4,6 +4,8 @@ Dec-SL is scored by its own test accuracy and, like Dec-SSL, by a linear probe o
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -18,6 +20,10 @@ from p2pfl.algorithms.scoring import (
 from p2pfl.data import supervised_apply, supervised_draw
 from p2pfl.models import SupervisedNet, build_encoder
 from p2pfl.models.stacked import PeerStack
+
+if TYPE_CHECKING:
+    from p2pfl.config import RunConfig
+    from p2pfl.rounds import Algorithm
 
 
 class DecSL(GossipLearner):
@@ -64,3 +70,12 @@ class Local(DecSL):
 
     name = "local"
     communicates = False
+
+    @classmethod
+    def runs(cls, cfg: RunConfig) -> type[Algorithm]:
+        """With --peers-spec every peer has its own model and task and trains alone on it: FedMuscle's peers
+        without their alignment phase (its Δ% baseline)."""
+        if cfg.peers_spec is None:
+            return cls
+        from p2pfl.algorithms import get
+        return get("fedmuscle").trained_alone()

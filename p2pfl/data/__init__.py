@@ -1,4 +1,4 @@
-"""Data layer: datasets, partitions across peers, batched augmentations, per-peer loaders and task transforms.
+"""Data layer: datasets, partitions across peers, batched augmentations, per-peer loaders and the run's workload.
 
 Everything here is a pure function of (seed, K) or of (seed, peer, purpose) streams from :mod:`p2pfl.seeding`,
 so results never depend on how peers are placed on processes.
@@ -33,13 +33,11 @@ from p2pfl.data.partition import (
     rotate_images,
     rotation_groups,
 )
-from p2pfl.data.tasks import make_mosaic, make_task, split_public
 
 __all__ = [
     "DATASETS", "DATASET_STATS", "DatasetNotFound", "ImageDataset", "PARTITIONS", "PartitionError", "PeerData",
     "SimCLRAugment", "class_counts", "data_root", "dataset_stats", "ensure_dataset",
-    "load_dataset", "make_mosaic", "normalize", "simclr_crop_scale", "partition", "random_subset", "rotate_images",
-    "rotation_groups",
-    "make_task", "split_public", "supervised_apply", "supervised_augment", "supervised_draw", "synthetic_dataset",
+    "load_dataset", "normalize", "simclr_crop_scale", "partition", "random_subset", "rotate_images",
+    "rotation_groups", "supervised_apply", "supervised_augment", "supervised_draw", "synthetic_dataset",
     "to_geometry",
 ]

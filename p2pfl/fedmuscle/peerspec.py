@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from p2pfl.data.datasets import canonical_name
-from p2pfl.data.tasks import CLASSIFICATION_TASKS, MULTILABEL_TASKS
+from p2pfl.fedmuscle.tasks import CLASSIFICATION_TASKS, MULTILABEL_TASKS
 
 #: task -> the dataset it reads by default (None: the run's --dataset).
 TASK_DATASET: dict[str, str | None] = {
@@ -377,6 +377,14 @@ def load_peers_spec(path: str, *, default_dataset: str = "cifar10", public_size:
     """Read and check a peers-spec file (see the module docstring)."""
     return parse_peers_spec(read_spec_file(path), path, default_dataset=default_dataset,
                             public_size=public_size, n_peers=n_peers, check_init=check_init)
+
+
+def read_run_spec(cfg: Any) -> PeersSpec:
+    """A run's --peers-spec, read and checked once, when the run is resolved (p2pfl.config.resolve): --dataset
+    serves the tasks without a dataset of their own, --public-size is the default public size, and --peers, when
+    given, must agree."""
+    return load_peers_spec(cfg.peers_spec, default_dataset=cfg.dataset, public_size=cfg.public_size,
+                           n_peers=cfg.peers)
 
 
 def uniform_spec(n_peers: int, model: str, dataset: str, public_size: int | float,

@@ -1,7 +1,7 @@
 """FedMuscle, decentralised (SPEC §6, seed 000): heterogeneous peers align their representations on a public set.
 
-Every peer keeps its own model and task (``--peers-spec``, see :mod:`p2pfl.peerspec`) and never sends a weight.
-A round of an active peer:
+Every peer keeps its own model and task (``--peers-spec``, see :mod:`p2pfl.fedmuscle.peerspec`) and never sends a
+weight. A round of an active peer:
 
 1. local training on its own task (E epochs or ``--local-steps``; the whole model, or its LoRA adapters and
    heads), with the shared machinery of :class:`~p2pfl.algorithms.trainer.LocalTrainer`;
@@ -15,7 +15,7 @@ A round of an active peer:
    model's trainable parameters are in that optimiser: task heads never move in this phase.
 
 Data (task shards, test sets, the public set in each peer's input format) come from
-:func:`p2pfl.data.multitask.load_multitask_workload`; tasks from :mod:`p2pfl.data.tasks`; the alignment losses
+:func:`p2pfl.fedmuscle.multitask.load_multitask_workload`; tasks from :mod:`p2pfl.fedmuscle.tasks`; the alignment losses
 from the registry in :mod:`p2pfl.losses.align`.
 Every peer with the same architecture starts from the same weights (stream (seed, SHARED, "init") for the
 encoder and head, "init/projection" for the projection), as in the other methods.
@@ -43,15 +43,15 @@ from p2pfl.algorithms.local_batch import PeerBatch, StepLoss
 from p2pfl.algorithms.peer import Peer, derived
 from p2pfl.algorithms.trainer import LocalTrainer
 from p2pfl.data import PeerData, normalize, supervised_augment
-from p2pfl.data.multitask import MultiTaskWorkload, PeerTask, load_multitask_workload
 from p2pfl.evaluation import features, multilabel_scores
+from p2pfl.fedmuscle.multitask import MultiTaskWorkload, PeerTask, load_multitask_workload
+from p2pfl.fedmuscle.peerspec import PeersSpec, uniform_spec
+from p2pfl.fedmuscle.records import MuscleSummary
 from p2pfl.gossip import Events
 from p2pfl.losses.align import GRAM_LABEL_SMOOTHING, align_loss, align_temperatures, anchor_gradient_cosine
 from p2pfl.models import RepresentationNet, SupervisedNet, build_encoder, count_parameters, init_model
+from p2pfl.models.pretrained import load_into
 from p2pfl.network import RoundNetwork
-from p2pfl.peerspec import PeersSpec, uniform_spec
-from p2pfl.pretrain import load_into
-from p2pfl.records import Summary
 from p2pfl.rounds import Phase, RunContext
 from p2pfl.runtime.progress import format_bytes
 from p2pfl.seeding import SHARED, numpy_rng, torch_generator
@@ -115,6 +115,11 @@ class FedMuscle(LocalTrainer):
         self.work: MultiTaskWorkload | None = None
 
     # ------------------------------------------------------------------ set-up
+    @classmethod
+    def trained_alone(cls) -> type[FedMuscle]:
+        """The same peers with no alignment phase: what `local --peers-spec` runs."""
+        return FedMuscleLocal
+
     def load_spec(self) -> PeersSpec:
         """The run's --peers-spec (read once, when the run was resolved), else every peer on --model/--dataset."""
         cfg = self.cfg
@@ -308,7 +313,7 @@ class FedMuscle(LocalTrainer):
             "server_bytes_per_round": server["bytes_per_round"],
         }}
 
-    def summary_lines(self, summary: Summary) -> list[str]:
+    def summary_lines(self, summary: MuscleSummary) -> list[str]:
         """Bytes per peer and round sent peer to peer, next to what the paper's server design would send."""
         comm = summary["communication"]
         return [f"bytes per peer and round: {format_bytes(comm['bytes_sent_per_peer_round'])} sent peer to peer; "

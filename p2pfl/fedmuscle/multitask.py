@@ -28,9 +28,9 @@ from p2pfl.data.augment import to_geometry
 from p2pfl.data.datasets import ImageDataset, load_dataset
 from p2pfl.data.loader import PeerData
 from p2pfl.data.partition import class_counts, partition, random_subset
-from p2pfl.data.tasks import keep_labels, make_task, split_public, task_outputs
 from p2pfl.data.workload import prepare_datasets
-from p2pfl.peerspec import PeerEntry, PeersSpec, dataset_key
+from p2pfl.fedmuscle.peerspec import PeerEntry, PeersSpec, dataset_key
+from p2pfl.fedmuscle.tasks import keep_labels, make_task, split_public, task_outputs
 from p2pfl.seeding import SHARED, numpy_rng, stream_seed
 
 PUBLIC_CONVERSION = ("RGB->gray by luma (0.2989, 0.587, 0.114) or gray->RGB by repetition, then antialiased "
