@@ -54,7 +54,8 @@ def _topologies() -> list[str]:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything a run needs, frozen; the resolved object is written to the run folder as config.yaml."""
+    """Everything a run needs, frozen; the resolved object is written to the run folder as config.yaml. The
+    core options are its fields; the methods' options are read as attributes too (cfg.mu, from method_options)."""
 
     # run
     algorithm: str = _opt("dec-ssl", "the method to run", _methods)
