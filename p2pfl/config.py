@@ -1,7 +1,10 @@
 """One typed configuration object for a run: defaults, YAML files, command-line flags and validation.
 
-Every option is a dataclass field; its metadata carries the help text and, where the set of values is
-closed, where the allowed values live (the module that owns them: a registry or a names tuple). The command
+Every option is a dataclass field (p2pfl.options.opt); its metadata carries the help text and, where the set of
+values is closed, where the allowed values live (the module that owns them: a registry or a names tuple). The
+core options are RunConfig's fields here; each method declares its own options in its file, a section
+registered in p2pfl.options, and RunConfig holds those sections' values as attributes too (cfg.mu). This
+module imports no method: the sections and the methods' defaults come through p2pfl.options. The command
 line is generated from the fields, so a flag, a YAML key and a field are always the same thing
 (`--local-epochs` = `local_epochs:` = `local-epochs:`).
 
@@ -18,11 +21,16 @@ import importlib
 import math
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import yaml
+
+from p2pfl.options import catalogue
+from p2pfl.options import opt as _opt
+from p2pfl.options import owned as _owned
+from p2pfl.options import sections as _registered
 
 
 class ConfigError(ValueError):
@@ -33,18 +41,8 @@ class ConfigError(ValueError):
         super().__init__("".join(c if c.isprintable() else repr(c)[1:-1] for c in str(message)))
 
 
-def _opt(default: Any, help: str, choices: Sequence[str] | Callable[[], Sequence[str]] | None = None,
-         section: str = "run") -> Any:
-    return field(default=default, metadata={"help": help, "choices": choices, "section": section})
-
-
-def _owned(module: str, name: str) -> Callable[[], list[str]]:
-    """The allowed values `module.name` holds (a registry, a tuple, or a function returning names), read when
-    first needed so that importing the configuration stays light."""
-    def allowed() -> list[str]:
-        values = getattr(importlib.import_module(module), name)
-        return list(values() if callable(values) else values)
-    return allowed
+def _methods() -> list[str]:
+    return list(catalogue().names())
 
 
 def _topologies() -> list[str]:
@@ -54,10 +52,11 @@ def _topologies() -> list[str]:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything a run needs, frozen; the resolved object is written to the run folder as config.yaml."""
+    """Everything a run needs, frozen; the resolved object is written to the run folder as config.yaml. The
+    core options are its fields; the methods' options are read as attributes too (cfg.mu, from method_options)."""
 
     # run
-    algorithm: str = _opt("dec-ssl", "the method to run", _owned("p2pfl.algorithms", "names"))
+    algorithm: str = _opt("dec-ssl", "the method to run", _methods)
     topology: str = _opt("cycle", "peer graph (or 'file' with --graph-file)", _topologies)
     peers: int | None = _opt(None, "number of peers K (default: the MPI world size; 20 without mpirun)")
     rounds: int = _opt(10, "communication rounds")
@@ -112,10 +111,6 @@ class RunConfig:
                      section="byzantine")
     clip_radius: float | None = _opt(None, "fixed clipping radius of clipped-gossip (default: the paper's adaptive "
                                            "choice)", section="byzantine")
-    # consensus
-    vector_size: int = _opt(1_000_000, "floats per peer for --algorithm consensus", section="consensus")
-    vector_dtype: str = _opt("float32", "precision of the consensus vectors (float64 isolates the weights from "
-                                        "float32 rounding)", ("float32", "float64"), section="consensus")
     # data
     dataset: str = _opt("fashion-mnist", "training data", _owned("p2pfl.data.datasets", "DATASETS"), section="data")
     data_dir: str | None = _opt(None, "data root (default $P2PFL_DATA, else ~/.cache/p2pfl)", section="data")
@@ -156,38 +151,23 @@ class RunConfig:
     crop_scale: float | None = _opt(None, "smallest area fraction of the SimCLR crop (default: 0.08, SimCLR's, for "
                                     "images of 32 px or more; 0.5 below that)", section="training")
     weight_by_data: bool = _opt(False, "scale mixing weights by shard sizes", section="training")
-    temperature: float = _opt(0.5, "contrastive temperature (NT-Xent, MOON)", section="training")
-    proj_dim: int = _opt(128, "projection width", section="training")
     probe_epochs: int = _opt(30, "epochs of the linear probe", section="evaluation")
     knn_k: int = _opt(200, "neighbours of the kNN monitor", section="evaluation")
     eval_peers: int | None = _opt(None, "score a seeded sample of N peers at the final evaluation, plus the network "
                                   "average (default: every peer)", section="evaluation")
-    # MOON and friends
-    byol_tau: float = _opt(0.99, "BYOL's base target momentum; it rises to 1 along a cosine over the run's local "
-                           "steps", section="ssl")
-    mask_ratio: float = _opt(0.75, "MAE: fraction of patches masked", section="ssl")
-    clusters: int = _opt(2, "FeatARC: number of cluster models C", section="ssl")
-    reg_scale: float = _opt(1.0, "FeatARC: weight lambda of the alignment regulariser", section="ssl")
-    mu: float = _opt(0.0, "weight of the MOON / FedProx term (moon and fedprox default to their papers' values)",
-                     section="moon")
-    prev_models: int = _opt(1, "MOON's pool of previous models", section="moon")
-    # FedMuscle
-    muscle_m: int = _opt(3, "neighbours M sampled per contrastive step", section="fedmuscle")
-    contrastive_steps: int = _opt(1, "contrastive steps T per round", section="fedmuscle")
-    public_size: int = _opt(5000, "images held out as the public set", section="fedmuscle")
-    public_batch: int = _opt(32, "public batch B", section="fedmuscle")
-    rep_dim: int = _opt(256, "representation width d", section="fedmuscle")
-    loss: str = _opt("muscle", "alignment loss", _owned("p2pfl.losses.align", "ALIGN_LOSSES"), section="fedmuscle")
-    align_tau: float | None = _opt(None, "temperature of the alignment loss (default: each loss's reference value, "
-                                   "muscle and pairwise 0.2, gram 0.07); one value for all losses matches them",
-                                   section="fedmuscle")
-    muscle_tau_prev: float | None = _opt(None, "Muscle's tau^(N-1) (default 0.75 x the temperature: 0.15 at 0.2); "
-                                         "equal to the temperature gives gamma = 0, the pairwise loss",
-                                         section="fedmuscle")
-    peers_spec: str | None = _opt(None, "YAML file giving each peer its model, task and dataset", section="fedmuscle")
-    lora_rank: int = _opt(16, "LoRA rank for Hugging Face models (0: full fine-tuning)", section="fedmuscle")
+    #: Not options: the values of the methods' own options, one frozen section each (p2pfl.options), read as
+    #: attributes of the configuration (cfg.mu).
+    method_options: tuple[Any, ...] = field(default_factory=lambda: tuple(cls() for cls in _sections().values()))
     #: Not an option: the options that took the method's default because the user did not set them.
     from_method: tuple[str, ...] = ()
+
+    def __getattr__(self, name: str) -> Any:
+        """A method's option (cfg.muscle_m): the value its section holds (called only for what is not a field)."""
+        if not name.startswith("_"):
+            for section in self.__dict__.get("method_options", ()):
+                if name in section.__dataclass_fields__:
+                    return getattr(section, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """The options (not `from_method`), as config.yaml and the manifest record them."""
@@ -198,9 +178,41 @@ class RunConfig:
         return {name: getattr(self, name) for name in self.from_method}
 
 
+#: The order of the options (--help groups, config.yaml, --print-config): the core's groups and, by name, the
+#: methods' sections (p2pfl.options) where they have always stood; a section not named here comes after these,
+#: in the order of the names.
+LAYOUT = ("run", "network", "byzantine", "consensus", "data", "training", "dec-ssl", "evaluation", "dec-byol",
+          "dec-mae", "dec-featarc", "moon", "fedmuscle")
+
+
+def _sections() -> dict[str, type]:
+    """The methods' sections of options, in LAYOUT's order."""
+    registered = _registered()
+    order = [n for n in LAYOUT if n in registered] + sorted(n for n in registered if n not in LAYOUT)
+    return {name: registered[name] for name in order}
+
+
 def options() -> list[dataclasses.Field]:
-    """The fields of RunConfig that are options (a flag and a YAML key each)."""
-    return [f for f in fields(RunConfig) if "help" in f.metadata]
+    """The options (a flag and a YAML key each): RunConfig's core fields and the methods' sections, in LAYOUT."""
+    core: dict[str, list[dataclasses.Field]] = {}
+    for f in fields(RunConfig):
+        if "help" in f.metadata:
+            core.setdefault(f.metadata["section"], []).append(f)
+    methods = _sections()
+    out = []
+    for key in dict.fromkeys([*LAYOUT, *core, *methods]):
+        out += core.get(key, []) + (list(fields(methods[key])) if key in methods else [])
+    return out
+
+
+def _assemble(values: dict[str, Any], base: RunConfig | None = None) -> RunConfig:
+    """`base` (default: every option at its default) with `values` (option -> value, `from_method` too): the
+    core's go to RunConfig's fields, a method's to the section that declares it."""
+    base = RunConfig() if base is None else base
+    own = {f.name for f in fields(RunConfig)}
+    method_options = tuple(dataclasses.replace(s, **{k: values[k] for k in s.__dataclass_fields__ if k in values})
+                           for s in base.method_options)
+    return dataclasses.replace(base, **{k: v for k, v in values.items() if k in own}, method_options=method_options)
 
 
 def _flag(name: str) -> str:
@@ -330,19 +342,18 @@ def make_config(**values: Any) -> RunConfig:
         if name == "fedbn" and str(value).lower() in ("true", "false"):  # the older boolean form
             value = "type" if str(value).lower() == "true" else "off"
         given[name] = _convert(by_name[name], value)
-    cfg = RunConfig(**given)
+    cfg = _assemble(given)
     _check_choice(by_name["algorithm"], cfg.algorithm)
     from_method = {k: v for k, v in _declared(cfg, "defaults").items() if k not in given}
-    cfg = dataclasses.replace(cfg, **from_method, from_method=tuple(from_method))
+    cfg = _assemble({**from_method, "from_method": tuple(from_method)}, cfg)
     validate(cfg)
     return cfg
 
 
 def _declared(cfg: RunConfig, what: str) -> dict[str, Any]:
     """The class attribute `what` ("defaults" or "allowed"; see p2pfl.rounds.Algorithm) of the class that
-    runs cfg's algorithm."""
-    from p2pfl.algorithms import get
-    return dict(getattr(get(cfg.algorithm, cfg), what, {}))
+    runs cfg's algorithm (found through the catalogue, p2pfl.options)."""
+    return dict(getattr(catalogue().get(cfg.algorithm, cfg), what, {}))
 
 
 def _check(ok: bool, option: str, message: str) -> None:
@@ -360,7 +371,8 @@ def _check_choice(f: dataclasses.Field, value: Any) -> None:
 
 
 def validate(cfg: RunConfig) -> None:
-    """Check every value against what is allowed, the method's own restrictions included."""
+    """Check every value against what is allowed, the method's own restrictions and its sections' rules
+    included."""
     for f in options():
         _check_choice(f, getattr(cfg, f.name))
     for name, allowed in _declared(cfg, "allowed").items():
@@ -395,7 +407,7 @@ def validate(cfg: RunConfig) -> None:
                f"no checkpoint in {cfg.resume} (run with --checkpoint-every N first)")
     _check(cfg.eval_every >= 0, "eval_every", f"must be >= 0, got {cfg.eval_every}")
     _check(cfg.eval_peers is None or cfg.eval_peers >= 1, "eval_peers", f"must be >= 1, got {cfg.eval_peers}")
-    _check(cfg.vector_size >= 1, "vector_size", f"must be >= 1, got {cfg.vector_size}")
+    _validate_methods(cfg, "run")
     _check(cfg.topology != "file" or cfg.graph_file is not None, "graph_file", "required with --topology file")
     if cfg.graph_file is not None:
         _check(os.path.isfile(cfg.graph_file), "graph_file", f"file not found: {cfg.graph_file}")
@@ -405,35 +417,24 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.size_band is None or 0 < cfg.size_band < 1, "size_band", f"must lie in (0, 1), got {cfg.size_band}")
     _check(cfg.crop_scale is None or 0 < cfg.crop_scale <= 1, "crop_scale",
            f"must lie in (0, 1], got {cfg.crop_scale}")
-    _check(0 < cfg.byol_tau < 1, "byol_tau", f"must lie in (0, 1), got {cfg.byol_tau}")
-    _check(0 < cfg.mask_ratio < 1, "mask_ratio", f"must lie in (0, 1), got {cfg.mask_ratio}")
-    _check(cfg.clusters >= 1, "clusters", f"must be >= 1, got {cfg.clusters}")
-    _check(cfg.reg_scale >= 0, "reg_scale", f"must be >= 0, got {cfg.reg_scale}")
+    _validate_methods(cfg, "data")
     _check(cfg.rotate_groups >= 1, "rotate_groups", f"must be >= 1, got {cfg.rotate_groups}")
     _check(cfg.local_epochs > 0, "local_epochs", f"must be > 0, got {cfg.local_epochs}")
     _check(cfg.local_steps is None or cfg.local_steps >= 1, "local_steps", f"must be >= 1, got {cfg.local_steps}")
     _check(cfg.batch_size >= 2, "batch_size", f"must be >= 2, got {cfg.batch_size}")
     _check(cfg.lr > 0, "lr", f"must be > 0, got {cfg.lr}")
-    _check(cfg.temperature > 0, "temperature", f"must be > 0, got {cfg.temperature}")
-    _check(cfg.mu >= 0, "mu", f"must be >= 0, got {cfg.mu}")
-    _check(cfg.prev_models >= 1, "prev_models", f"must be >= 1, got {cfg.prev_models}")
-    _check(cfg.muscle_m >= 1, "muscle_m", f"must be >= 1, got {cfg.muscle_m}")
-    _check(cfg.contrastive_steps >= 0, "contrastive_steps", f"must be >= 0, got {cfg.contrastive_steps}")
-    _check(cfg.public_batch >= 2, "public_batch", f"must be >= 2, got {cfg.public_batch}")
-    _check(cfg.rep_dim >= 1, "rep_dim", f"must be >= 1, got {cfg.rep_dim}")
-    _check(cfg.align_tau is None or cfg.align_tau > 0, "align_tau", f"must be > 0, got {cfg.align_tau}")
-    if cfg.muscle_tau_prev is not None:
-        from p2pfl.losses.align import align_temperatures
-        tau = align_temperatures("muscle", cfg.align_tau, None)["tau"]
-        _check(0 < cfg.muscle_tau_prev <= tau, "muscle_tau_prev",
-               f"must lie in (0, {tau:g}] (the loss's temperature; gamma = 1/tau_prev - 1/tau >= 0), "
-               f"got {cfg.muscle_tau_prev}")
-    _check(cfg.lora_rank >= 0, "lora_rank", f"must be >= 0, got {cfg.lora_rank}")
-    if cfg.peers_spec is not None:
-        _check(os.path.isfile(cfg.peers_spec), "peers_spec", f"file not found: {cfg.peers_spec}")
+    _validate_methods(cfg, "training")
     if cfg.fault is not None:
         _check(re.fullmatch(r"(raise|silent|nan)@\d+:\d+", cfg.fault) is not None, "fault",
                f"expected 'raise@RANK:ROUND', 'silent@PEER:ROUND' or 'nan@PEER:ROUND', got {cfg.fault!r}")
+
+
+def _validate_methods(cfg: RunConfig, stretch: str) -> None:
+    """The rules of the methods' sections (p2pfl.options) checked after the core's `stretch` of rules ("run",
+    "data" or "training"; only which of several bad values is named first depends on it), in LAYOUT."""
+    for section in cfg.method_options:
+        if section.validated_after == stretch and hasattr(section, "validate"):
+            section.validate(_check)
 
 
 SINGLE_PROCESS_PEERS = 20
@@ -467,7 +468,7 @@ def resolve(cfg: RunConfig, world_size: int) -> ResolvedRun:
     _check(peers >= world_size, "peers",
            f"{peers} peers cannot fill {world_size} MPI ranks; use --peers >= {world_size} or fewer ranks")
     if cfg.batch_peers == "on":
-        from p2pfl import algorithms
+        algorithms = catalogue()
         _check(getattr(algorithms.get(cfg.algorithm, cfg), "batchable", False), "batch_peers",
                f"'on' needs a method that supports it; --algorithm {cfg.algorithm} does not yet (supported: "
                f"{', '.join(algorithms.batchable())}); use auto or off")

@@ -7,13 +7,30 @@ Metropolis, keeps the mean through failures, churn and resampling.
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from p2pfl.algorithms.peer import ConsensusPeer
 from p2pfl.gossip import exact_mean
 from p2pfl.network import RoundNetwork
+from p2pfl.options import Check, method_options, opt
 from p2pfl.rounds import Algorithm, Phase, RunContext
 from p2pfl.seeding import torch_generator
+
+
+@method_options("consensus")
+class ConsensusOptions:
+    """The vectors consensus mixes (the project's choices: a size where the runtime's cost shows, float32)."""
+
+    validated_after: ClassVar[str] = "run"
+
+    vector_size: int = opt(1_000_000, "floats per peer for --algorithm consensus", section="consensus")
+    vector_dtype: str = opt("float32", "precision of the consensus vectors (float64 isolates the weights from "
+                                       "float32 rounding)", ("float32", "float64"), section="consensus")
+
+    def validate(self, check: Check) -> None:
+        check(self.vector_size >= 1, "vector_size", f"must be >= 1, got {self.vector_size}")
 
 
 class Consensus(Algorithm):

@@ -33,6 +33,7 @@ from p2pfl.models import build_encoder
 from p2pfl.models.params import state_copy
 from p2pfl.models.siamese import BYOLNet, follow_
 from p2pfl.network import RoundNetwork
+from p2pfl.options import Check, method_options, opt
 from p2pfl.rounds import LocalRound
 
 
@@ -48,6 +49,19 @@ def byol_tau(base: float, k: int, total: int) -> float:
     """BYOL's target momentum at step k of `total`: 1 - (1 - base) (cos(pi k / total) + 1) / 2 (k capped)."""
     k = min(max(int(k), 0), max(int(total), 1))
     return 1.0 - (1.0 - base) * (math.cos(math.pi * k / max(int(total), 1)) + 1.0) / 2.0
+
+
+@method_options("dec-byol")
+class DecBYOLOptions:
+    """BYOL's target network."""
+
+    validated_after: ClassVar[str] = "data"
+
+    byol_tau: float = opt(0.99, "BYOL's base target momentum; it rises to 1 along a cosine over the run's local "
+                          "steps", section="ssl", paper="BYOL's tau_base")
+
+    def validate(self, check: Check) -> None:
+        check(0 < self.byol_tau < 1, "byol_tau", f"must lie in (0, 1), got {self.byol_tau}")
 
 
 class DecBYOL(DecSSL):

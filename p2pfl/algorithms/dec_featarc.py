@@ -56,6 +56,7 @@ from p2pfl.losses import nt_xent
 from p2pfl.losses.featarc import alignment_regulariser, alignment_scores, assign_cluster
 from p2pfl.models import MixableState, SimCLRNet, build_encoder, init_model
 from p2pfl.network import RoundNetwork
+from p2pfl.options import Check, method_options, opt
 from p2pfl.rounds import LocalRound, Phase
 from p2pfl.seeding import SHARED, torch_generator
 
@@ -71,6 +72,20 @@ class FeatARCPeer(GossipPeer):
     copy_mixable: list[MixableState] = derived()
     copy_full: list[MixableState] = derived()
     message: torch.Tensor = derived()
+
+
+@method_options("dec-featarc")
+class DecFeatARCOptions:
+    """FeatARC's clusters and regulariser."""
+
+    validated_after: ClassVar[str] = "data"
+
+    clusters: int = opt(2, "FeatARC: number of cluster models C", section="ssl")
+    reg_scale: float = opt(1.0, "FeatARC: weight lambda of the alignment regulariser", section="ssl")
+
+    def validate(self, check: Check) -> None:
+        check(self.clusters >= 1, "clusters", f"must be >= 1, got {self.clusters}")
+        check(self.reg_scale >= 0, "reg_scale", f"must be >= 0, got {self.reg_scale}")
 
 
 class DecFeatARC(DecSSL):

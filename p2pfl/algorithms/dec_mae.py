@@ -27,6 +27,7 @@ from p2pfl.data.augment import crop_resize_flip, normalize, sample_crop_boxes
 from p2pfl.losses.mae import mae_loss, patchify, random_masking
 from p2pfl.models import build_encoder
 from p2pfl.models.mae import MAENet
+from p2pfl.options import Check, method_options, opt
 from p2pfl.seeding import torch_generator
 
 MAE_CROP_SCALE = (0.2, 1.0)  # MAE's pre-training RandomResizedCrop
@@ -39,6 +40,18 @@ class MAEPeer(GossipPeer):
     """A gossip peer with its own mask stream (seed, peer, "mask"), checkpointed with the record."""
 
     mask_rng: torch.Generator = None
+
+
+@method_options("dec-mae")
+class DecMAEOptions:
+    """MAE's masking."""
+
+    validated_after: ClassVar[str] = "data"
+
+    mask_ratio: float = opt(0.75, "MAE: fraction of patches masked", section="ssl", paper="MAE (SPEC §4)")
+
+    def validate(self, check: Check) -> None:
+        check(0 < self.mask_ratio < 1, "mask_ratio", f"must lie in (0, 1), got {self.mask_ratio}")
 
 
 class DecMAE(GossipLearner):

@@ -9,6 +9,7 @@ from p2pfl.algorithms.scoring import representation_scores, representation_score
 from p2pfl.losses import nt_xent
 from p2pfl.models import SimCLRNet, build_encoder
 from p2pfl.models.stacked import PeerStack
+from p2pfl.options import Check, method_options, opt
 
 #: The Dec-SSL family's data and budget when the user leaves them unset: what makes the main job
 #: (`mpirun -n 20 python -m p2pfl.run --topology cycle`) learn visibly in about ten minutes on a 2-core machine.
@@ -20,6 +21,19 @@ from p2pfl.models.stacked import PeerStack
 DEC_SSL_BUDGET = {"dataset": "cifar10", "partition": "iid", "batch_size": 32, "rounds": 10}
 #: SimCLR's temperature for these small models: 0.2 learned faster than the paper's 0.5 (README).
 DEC_SSL_TEMPERATURE = 0.2
+
+
+@method_options("dec-ssl")
+class DecSSLOptions:
+    """The contrastive objective of the Dec-SSL family (MOON's loss reads `temperature` too); the methods set
+    their papers' values in `defaults` (dec-ssl 0.2, moon 0.5)."""
+
+    temperature: float = opt(0.5, "contrastive temperature (NT-Xent, MOON)", section="training",
+                             paper="SimCLR's NT-Xent and MOON's tau (0.5)")
+    proj_dim: int = opt(128, "projection width", section="training")
+
+    def validate(self, check: Check) -> None:
+        check(self.temperature > 0, "temperature", f"must be > 0, got {self.temperature}")
 
 
 class DecSSL(GossipLearner):

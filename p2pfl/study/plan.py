@@ -17,6 +17,7 @@ as long as the study file says the same; its options are the base updated by its
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,13 @@ import yaml
 from p2pfl.config import ConfigError, options
 
 SEED = "seed"
-_OPTIONS = {f.name for f in options()}
+
+
+@functools.cache
+def _options() -> frozenset[str]:
+    """The names of p2pfl.run's options, read when a study is first parsed (the methods declare theirs, so this
+    imports them; importing this module stays light)."""
+    return frozenset(f.name for f in options())
 
 
 class StudyError(ValueError):
@@ -79,12 +86,12 @@ def _axis_value(axis: str, value: Any) -> tuple[str, dict[str, Any]]:
     """(label, options) of one value on an axis: an option's value, or a bundle mapping of options."""
     if isinstance(value, dict):
         bundle = {_key(k): v for k, v in value.items() if k != "label"}
-        unknown = sorted(set(bundle) - _OPTIONS)
+        unknown = sorted(set(bundle) - _options())
         if unknown:
             raise StudyError(f"axes.{axis}: unknown option '{unknown[0]}' (see python -m p2pfl.run --help)")
         label = value.get("label", "_".join(f"{k}-{_label(v)}" for k, v in bundle.items()))
         return _label(label), bundle
-    if _key(axis) not in _OPTIONS:
+    if _key(axis) not in _options():
         raise StudyError(f"axes.{axis}: not a p2pfl.run option; a named axis takes mappings of options "
                          "({label: ..., option: value, ...})")
     return _label(value), {_key(axis): value}
@@ -106,7 +113,7 @@ def expand(data: Any, default_name: str = "study") -> Plan:
     if unknown:
         raise StudyError(f"unknown key '{unknown[0]}' (allowed: name, base, axes, points, seeds, slurm)")
     base = {_key(k): v for k, v in _mapping(data, "base").items()}
-    bad = sorted(set(base) - _OPTIONS)
+    bad = sorted(set(base) - _options())
     if bad:
         raise StudyError(f"base: unknown option '{bad[0]}' (see python -m p2pfl.run --help)")
     axes = dict(_mapping(data, "axes"))
@@ -128,7 +135,7 @@ def expand(data: Any, default_name: str = "study") -> Plan:
     for i, entry in enumerate(listed):
         row = []
         for axis, value in entry.items():
-            if str(axis) in axes and _key(axis) not in _OPTIONS and not isinstance(value, dict):
+            if str(axis) in axes and _key(axis) not in _options() and not isinstance(value, dict):
                 # an axis value by its label, e.g. data: iid
                 match = [(str(axis), *_axis_value(str(axis), v)) for v in axes[axis]
                          if _axis_value(str(axis), v)[0] == _label(value)]

@@ -1,0 +1,102 @@
+"""How an option is declared, and the registry of the options the methods declare next to them.
+
+An option is a dataclass field made by `opt`: its default, its help line, where its closed set of values lives
+(`choices`: a sequence, or a function returning one, e.g. `owned(module, name)`), its `--help` group
+(`section`) and where its default comes from (`paper`; None: the project's own choice).
+
+A method's own options are one frozen dataclass in the method's file, registered with
+`@method_options("<method>")`; it may check its values in `validate(self, check)`, calling
+`check(ok, option, message)` for each rule; they run after the core's rules on training, or on the run or
+the data with `validated_after = "run"` / `"data"` (a ClassVar; it decides only which of several bad values a
+run names first). Its paper's values for options left unset (its own or the core's) stay the method's
+`defaults`, its restrictions `allowed` (p2pfl.rounds.Algorithm).
+
+p2pfl.config assembles the command line, the YAML keys and RunConfig from the core options it declares and
+the sections registered here; it imports no method. The methods are found through one catalogue, the module
+named by `CATALOGUE` (`names()`, `get(name, peers_spec)`, `batchable()`), imported the first time the
+options are needed: importing it and every method it lists registers every section.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+#: The module that lists the methods (the algorithm registry).
+CATALOGUE = "p2pfl.algorithms"
+
+#: A rule of `validate`: check(ok, option, message) raises the one-line ConfigError "--option: message".
+Check = Callable[[bool, str, str], None]
+
+
+def opt(default: Any, help: str, choices: Sequence[str] | Callable[[], Sequence[str]] | None = None,
+        section: str = "run", paper: str | None = None) -> Any:
+    """A dataclass field that is an option (a flag, a YAML key and a RunConfig attribute)."""
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "section": section,
+                                                        "paper": paper})
+
+
+def owned(module: str, name: str) -> Callable[[], list[str]]:
+    """The allowed values `module.name` holds (a registry, a tuple, or a function returning names), read when
+    first needed so that importing the configuration stays light."""
+    def allowed() -> list[str]:
+        values = getattr(importlib.import_module(module), name)
+        return list(values() if callable(values) else values)
+    return allowed
+
+
+#: The stretches of the core's rules a section's rules may follow (p2pfl.config.validate).
+STRETCHES = ("run", "data", "training")
+
+_SECTIONS: dict[str, type] = {}
+
+
+def method_options(name: str) -> Callable[[type], type]:
+    """Make the decorated class a frozen dataclass of options and register it as the section `name` (the
+    method's name); its fields are options of every run, shown in `--help` and config.yaml."""
+    def register(cls: type) -> type:
+        cls = dataclasses.dataclass(frozen=True)(cls)
+        if not hasattr(cls, "validated_after"):
+            cls.validated_after = "training"
+        if cls.validated_after not in STRETCHES:
+            raise ValueError(f"section {name!r}: validated_after must be one of {STRETCHES}")
+        declared = {f.name for f in dataclasses.fields(cls)}
+        for other, section in _SECTIONS.items():
+            same = (section.__module__, section.__qualname__) == (cls.__module__, cls.__qualname__)
+            clash = declared & {f.name for f in dataclasses.fields(section)}
+            if other == name and not same:
+                raise ValueError(f"two option sections are named {name!r}")
+            if other != name and clash:
+                raise ValueError(f"options {sorted(clash)} of section {name!r} are already section {other!r}'s")
+        _SECTIONS[name] = cls
+        return cls
+    return register
+
+
+_catalogue: ModuleType | None = None
+_loading = False
+
+
+def catalogue() -> ModuleType:
+    """The method catalogue, with every method's module imported (so every section registered)."""
+    global _catalogue, _loading
+    if _catalogue is None:
+        module = importlib.import_module(CATALOGUE)
+        if _loading:  # a method module asking while the catalogue is being read: what is registered so far
+            return module
+        _loading = True
+        try:
+            for name in module.names():
+                module.get(name)
+        finally:
+            _loading = False
+        _catalogue = module
+    return _catalogue
+
+
+def sections() -> dict[str, type]:
+    """Every method's options section by name (the catalogue read first)."""
+    catalogue()
+    return dict(_SECTIONS)
