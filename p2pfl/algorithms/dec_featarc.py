@@ -225,6 +225,7 @@ class DecFeatARC(DecSSL):
         sizes = self.mix_sizes()
         for p in delivered.inbox:
             self.mix_clusters(self.peers[p], vectors[p], delivered.kept(p), delivered.net.row(p, sizes))
+        delivered.release()
         return Phase(events=delivered.events)
 
     def mix_clusters(self, peer: FeatARCPeer, own: torch.Tensor, received: dict[int, torch.Tensor],

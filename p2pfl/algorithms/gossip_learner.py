@@ -255,4 +255,5 @@ class GossipLearner(LocalTrainer):
                 theirs = dict(zip(state.names, theirs_flat.split(state.sizes)))
                 drifts.append(weight_drift({n: mine[n] for n in params}, {n: theirs[n] for n in params}))
             out[p] = sum(drifts) / len(drifts) if drifts else 0.0
+        delivered.release()
         return out

@@ -20,8 +20,9 @@ Tags come from the call's sequence number (counted alike on every rank), the sen
 and a missing message shows up as a wait on that very peer. Within one call and pair of ranks, messages are
 listed in ascending sending-peer order on both sides (MPI keeps same-tag messages in order).
 
-`start` posts a call and returns at once (`Pending`); compute, then `wait` for the inboxes. `exchange` is
-start-then-wait.
+`start` posts a call and returns at once (`Pending`); compute, then `wait` for the inboxes, and `release` them
+once read so that their memory serves a later call. `exchange` is start-then-wait (never released: its
+receive buffers are the caller's).
 """
 from __future__ import annotations
 
@@ -90,15 +91,19 @@ def _header(t: torch.Tensor) -> np.ndarray:
     return head
 
 
-class _Pinned:
-    """Pinned host buffers for GPU payloads (MPI without CUDA support), lent per call and returned when it ends."""
+class _Buffers:
+    """Byte buffers by size, lent to a call and given back when nothing reads them any more: pinned staging for
+    GPU payloads (given back when the call ends) and received data on the CPU (given back by `Pending.release`,
+    never before, so no later call writes into an inbox still in use). A fresh 45 MB buffer costs more in page
+    faults than its transfer."""
 
-    def __init__(self) -> None:
+    def __init__(self, pinned: bool) -> None:
+        self.pinned = pinned
         self._free: dict[int, list[torch.Tensor]] = defaultdict(list)
 
     def take(self, size: int) -> torch.Tensor:
         pool = self._free[size]
-        return pool.pop() if pool else torch.empty(size, dtype=torch.uint8, pin_memory=True)
+        return pool.pop() if pool else torch.empty(size, dtype=torch.uint8, pin_memory=self.pinned)
 
     def give(self, buffers: Iterable[torch.Tensor]) -> None:
         for b in buffers:
@@ -121,6 +126,7 @@ class Pending:
         self._headers: dict[int, np.ndarray] = {}
         self._keep: list[object] = []  # send buffers that must live until the sends complete
         self._lent: list[torch.Tensor] = []
+        self._received: list[torch.Tensor] = []  # CPU receive buffers, back to the transport on `release`
         self._result: Inbox | None = None
 
     def _add(self, requests: list[MPI.Request], owner: int, header: bool = False) -> None:
@@ -152,6 +158,12 @@ class Pending:
         self._keep, self._lent, self._heads, self._rest = [], [], ([], []), ([], [])
         return self._result
 
+    def release(self) -> None:
+        """The caller is done with the inbox of `wait` (it holds no reference to a received tensor any more):
+        their memory may serve a later call. Co-located senders' tensors are never the transport's to reuse."""
+        self._t.received.give(self._received)
+        self._received, self._result = [], None
+
     def _post_data_receive(self, rank: int, q: int) -> torch.Tensor:
         head = self._headers[q]
         size, code, ndim = int(head[0]), int(head[1]), int(head[2])
@@ -162,9 +174,8 @@ class Pending:
             buf = torch.empty(shape, dtype=_DTYPES[code], device=self._device_of_receivers())
             target: np.ndarray | torch.Tensor = buf.reshape(-1).view(torch.uint8) if size else buf
         else:
-            raw = t.pinned.take(size) if gpu else torch.empty(size, dtype=torch.uint8)
-            if gpu:
-                self._lent.append(raw)
+            raw = t.pinned.take(size) if gpu else t.received.take(size)
+            (self._lent if gpu else self._received).append(raw)
             buf = raw.view(_DTYPES[code]).view(shape) if size else torch.empty(shape, dtype=_DTYPES[code])
             target = raw.numpy()
         if size:
@@ -195,7 +206,8 @@ class Transport:
         self.local_peers = placement.peers_of(world.rank)
         self.neighbors = {p: tuple(sorted(int(q) for q in graph.neighbors(p))) for p in graph.nodes}
         self.stats = CommStats()
-        self.pinned = _Pinned()
+        self.pinned = _Buffers(pinned=True)
+        self.received = _Buffers(pinned=False)
         remote = sorted({placement.rank_of(q) for p in self.local_peers for q in self.neighbors[p]} - {world.rank})
         self.remote_ranks = remote
         self.comm = world.neighbour_comm(remote)

@@ -275,6 +275,7 @@ class FedMuscle(LocalTrainer):
                 loss.backward()
                 opts[p].step()
                 peer.last_align = float(loss.detach())
+            delivered.release()  # the step stacked what it used
             del reps, payloads, inbox, delivered
         aligned: dict[int, dict[str, float]] = {}
         for p, ms in used.items():

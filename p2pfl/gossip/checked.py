@@ -55,6 +55,12 @@ class Delivery:
     rejected: frozenset[Pair]
     net: RoundNetwork | None
     events: Events
+    pending: Pending | None = None
+
+    def release(self) -> None:
+        """Done with the messages (nothing keeps a reference to one): the transport may reuse their memory."""
+        if self.pending is not None:
+            self.pending.release()
 
     def kept(self, peer: int) -> dict[int, torch.Tensor]:
         """The messages `peer` keeps: not rejected, and on a link the surviving network still carries."""
@@ -77,9 +83,9 @@ class Handle:
         inbox = {p: {q: self._codec.decode(q, v, self._round) for q, v in received.items()}
                  for p, received in self._pending.wait().items()}
         if self._valid is None:
-            return Delivery(inbox, frozenset(), self._net, Events())
+            return Delivery(inbox, frozenset(), self._net, Events(), self._pending)
         bad = [(p, q) for p, got in inbox.items() for q, v in got.items() if not self._valid(v)]
-        return self._c.delivery(inbox, self._round, bad, self._net)
+        return self._c.delivery(inbox, self._round, bad, self._net, self._pending)
 
 
 class CheckedExchange:
@@ -113,12 +119,13 @@ class CheckedExchange:
         """`start(...).wait()`."""
         return self.start(vectors, round, links, net, valid, codec).wait()
 
-    def delivery(self, inbox: Inbox, round: int, bad: Iterable[Pair], net: RoundNetwork | None) -> Delivery:
+    def delivery(self, inbox: Inbox, round: int, bad: Iterable[Pair], net: RoundNetwork | None,
+                 pending: Pending | None = None) -> Delivery:
         """Agree on the `bad` messages across ranks (collective) and return what the exchange delivered."""
         rejected = self.agree(round, bad)
         mine = tuple(sorted(pair for pair in rejected if pair[0] in inbox))
         return Delivery(inbox, rejected, net.without(rejected) if net is not None and rejected else net,
-                        Events(rejected=mine))
+                        Events(rejected=mine), pending)
 
     def agree(self, round: int, pairs: Iterable[Pair]) -> frozenset[Pair]:
         """Every rank's rejected messages (collective). With reject_nonfinite off, raise naming the first."""

@@ -51,12 +51,14 @@ class Gossip:
         got = self.checked.exchange(vectors, round, net.incoming, net=net, valid=None, codec=codec)
         results = {p: rule.combine(p, vectors[p], received, net) for p, received in got.inbox.items()}
         suspects = [p for p, (v, _) in results.items() if rule.suspect(p, v)]
-        delivered = self.checked.delivery(got.inbox, round, self.checked.suspects_of(got.inbox, suspects), net)
+        delivered = self.checked.delivery(got.inbox, round, self.checked.suspects_of(got.inbox, suspects), net,
+                                          got.pending)
         assert delivered.net is not None
         if delivered.rejected:  # the surviving graph's weights may change every row
             results = {p: rule.combine(p, vectors[p], delivered.kept(p), delivered.net) for p in got.inbox}
         for p in got.inbox:
             rule.heard(p, delivered.kept(p))
+        delivered.release()  # every result is a new tensor (or the receiver's own vector)
         cut = tuple(sorted((p, q) for p, (_, c) in results.items() for q in c))
         return Mixed({p: v for p, (v, _) in results.items()}, delivered.net, delivered.events + Events(cut=cut))
 
@@ -76,12 +78,14 @@ class Gossip:
         average: dict[int, torch.Tensor] = {}
         if HUB in delivered.inbox:
             average[HUB] = weighted_sum(vectors[HUB], delivered.inbox[HUB], net.row(HUB, sizes))
+        delivered.release()
         down = {j: (HUB,) for j in up.get(HUB, ())}
         back = self.checked.exchange({**vectors, **average}, round, down, valid=None)
         out = {p: v.clone() for p, v in vectors.items()}
         out.update(average)
         for leaf, received in back.inbox.items():
             out[leaf] = received[HUB].clone()
+        back.release()
         return Mixed(out, net, delivered.events)
 
     def pull(self, vectors: dict[int, torch.Tensor], net: RoundNetwork, round: int, peers: Iterable[int],
@@ -98,4 +102,5 @@ class Gossip:
             if row:
                 total = sum(w for _, w in row)
                 out[peer] = weighted_sum(vectors[peer], received, [(j, w / total) for j, w in row])
+        delivered.release()
         return Mixed(out, net, delivered.events)

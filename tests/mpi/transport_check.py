@@ -85,6 +85,16 @@ def main(out: str) -> None:
     run("two_calls_in_flight", [5, 6], "interleaved")
     run("many_calls_a_round", list(range(7, 27)), "blocking")  # 20 calls: more than the old 7 message kinds
     run("overlapped_equals_blocking", [27], "overlapped")
+    # a released call's receive buffers serve the next call of the same sizes, which still arrives exactly
+    sent = {p: payload(p, 28) for p in local}
+    first = transport.start(sent, round=1, links=links_of(28))
+    remote = {(p, q): v.data_ptr() for p, got in first.wait().items() for q, v in got.items()
+              if placement.rank_of(q) != world.rank and v.numel()}
+    first.release()
+    again = transport.start(sent, round=1, links=links_of(28)).wait()
+    reused = {(p, q): v.data_ptr() for p, got in again.items() for q, v in got.items() if (p, q) in remote}
+    failures["released_buffers_reused"] = check(again, 28, links_of(28), local) or (
+        None if set(reused.values()) == set(remote.values()) else "released buffers were not reused")
     gathered = world.gather({"failures": failures, "calls": transport.calls})
     if world.rank == 0:
         merged = {k: next((g["failures"][k] for g in gathered if g["failures"][k]), None) for k in failures}
