@@ -13,7 +13,7 @@ run names first). Its paper's values for options left unset (its own or the core
 
 p2pfl.config assembles the command line, the YAML keys and RunConfig from the core options it declares and
 the sections registered here; it imports no method. The methods are found through one catalogue, the module
-named by `CATALOGUE` (`names()`, `get(name, peers_spec)`, `batchable()`), imported the first time the
+named by `CATALOGUE` (`names()`, `get(name, cfg)`, `batchable()`), imported the first time the
 options are needed: importing it and every method it lists registers every section.
 """
 from __future__ import annotations

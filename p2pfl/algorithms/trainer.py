@@ -256,7 +256,9 @@ class LocalTrainer(Algorithm):
                 for peer, value in zip(group, loss.detach().tolist()):
                     self.step_losses.setdefault(peer.id, []).append(value)
             for k, v in step_terms.items():
-                terms.setdefault(k, torch.zeros(len(group), dtype=v.dtype, device=device))[:n] += v.detach().reshape(n)
+                if k not in terms:  # allocated once a round, not every step
+                    terms[k] = torch.zeros(len(group), dtype=v.dtype, device=device)
+                terms[k][:n] += v.detach().reshape(n)
         finite = run.finish()
         totals_, terms_ = totals.tolist(), {k: v.tolist() for k, v in terms.items()}
         for i, peer in enumerate(group):

@@ -117,6 +117,8 @@ class Pending:
                  links: Links, receivers: list[int], recvs: dict[int, list[int]], withheld: Collection[int]) -> None:
         self._t = transport
         self.seq, self.round, self._withheld = seq, round, withheld
+        sample = next(iter(payloads.values()), None)
+        self.device = sample.device if sample is not None else torch.device("cpu")  # where the inboxes land
         self._payloads, self._links, self._receivers, self._recvs = payloads, links, receivers, recvs
         #: Requests in two phases: the headers' receives, then the sends and the data's receives. Waiting for
         #: the headers alone first matters: a large send completes only once its receiver posted the data's
@@ -169,9 +171,9 @@ class Pending:
         size, code, ndim = int(head[0]), int(head[1]), int(head[2])
         shape = tuple(int(s) for s in head[3:3 + ndim])
         t = self._t
-        gpu = self._device_of_receivers().type == "cuda"
+        gpu = self.device.type == "cuda"
         if gpu and t.cuda_aware:
-            buf = torch.empty(shape, dtype=_DTYPES[code], device=self._device_of_receivers())
+            buf = torch.empty(shape, dtype=_DTYPES[code], device=self.device)
             target: np.ndarray | torch.Tensor = buf.reshape(-1).view(torch.uint8) if size else buf
         else:
             raw = t.pinned.take(size) if gpu else t.received.take(size)
@@ -183,13 +185,8 @@ class Pending:
         t.stats.wire_recv[rank] += size
         return buf
 
-    def _device_of_receivers(self) -> torch.device:
-        sample = next(iter(self._payloads.values()), None)
-        return sample.device if sample is not None else torch.device("cpu")
-
     def _landed(self, q: int, buf: torch.Tensor) -> torch.Tensor:
-        device = self._device_of_receivers()
-        return buf.to(device) if buf.device != device else buf
+        return buf.to(self.device) if buf.device != self.device else buf
 
 
 class Transport:

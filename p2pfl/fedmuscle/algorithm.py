@@ -47,7 +47,7 @@ from p2pfl.data import PeerData, normalize, supervised_augment
 from p2pfl.evaluation import features, multilabel_scores
 from p2pfl.fedmuscle.multitask import MultiTaskWorkload, PeerTask, load_multitask_workload
 from p2pfl.fedmuscle.peerspec import PeersSpec, uniform_spec
-from p2pfl.fedmuscle.records import MuscleSummary
+from p2pfl.fedmuscle.records import TASK_METRIC, TASK_METRIC_NAME, MuscleSummary
 from p2pfl.gossip import Events
 from p2pfl.losses.align import GRAM_LABEL_SMOOTHING, align_loss, align_temperatures, anchor_gradient_cosine
 from p2pfl.models import RepresentationNet, SupervisedNet, build_encoder, count_parameters, init_model
@@ -255,9 +255,10 @@ class FedMuscle(LocalTrainer):
             delivered = self.ctx.checked.exchange(payloads, round, net.incoming)
             events += delivered.events
             inbox = delivered.inbox
+            idx_bytes = idx_np.astype(np.int64).tobytes()
             for peer in local:
                 p = peer.id
-                peer.public_digest = zlib.crc32(idx_np.astype(np.int64).tobytes(), peer.public_digest)
+                peer.public_digest = zlib.crc32(idx_bytes, peer.public_digest)
                 heard = [q for q in inbox[p] if (p, q) not in delivered.rejected]
                 chosen = sample_neighbours(cfg.seed, p, round, step, heard, cfg.muscle_m)
                 peer.sample_digest = zlib.crc32(np.asarray([-1, *chosen], dtype=np.int64).tobytes(),
@@ -292,11 +293,11 @@ class FedMuscle(LocalTrainer):
         logits = features(peer.model, x, peer.task.mean, peer.task.std, self.ctx.device)
         if peer.task.entry.multilabel:
             s = multilabel_scores(logits, y)
-            out: dict[str, Any] = {"task_metric": s["mAP"], "task_metric_name": "mAP", "mAP": s["mAP"],
+            out: dict[str, Any] = {TASK_METRIC: s["mAP"], TASK_METRIC_NAME: "mAP", "mAP": s["mAP"],
                                    "f1": s["f1"], "f1_micro": s["f1_micro"]}
         else:
             acc = float((logits.argmax(1).cpu() == y.cpu()).float().mean())
-            out = {"task_metric": acc, "task_metric_name": "accuracy", "accuracy": acc}
+            out = {TASK_METRIC: acc, TASK_METRIC_NAME: "accuracy", "accuracy": acc}
         if peer.last_align is not None:
             out["muscle_loss"] = peer.last_align
         if self.communicates and self.cfg.contrastive_steps > 0:
@@ -306,7 +307,7 @@ class FedMuscle(LocalTrainer):
 
     def evaluate(self, round: int, final: bool) -> tuple[dict[str, float], dict[int, dict[str, Any]]]:
         per_peer = {p: self.score_peer(self.peers[p]) for p in self.alive_peers()}
-        mine = {p: (self.peers[p].task.entry.task, m["task_metric"]) for p, m in per_peer.items()}
+        mine = {p: (self.peers[p].task.entry.task, m[TASK_METRIC]) for p, m in per_peer.items()}
         world = self.ctx.world
         parts = world.gather(mine)
         metrics: dict[str, float] = {}

@@ -6,7 +6,7 @@ from p2pfl.gossip.average import consensus_distance, exact_mean
 from p2pfl.gossip.checked import CheckedExchange, Delivery, Events, Faults, finite
 from p2pfl.gossip.codec import Attacking, Codec, Poisoned
 from p2pfl.gossip.mix import Gossip, Mixed
-from p2pfl.gossip.rules import RobustRule, Rule, WeightedMean, weighted_sum
+from p2pfl.gossip.rules import RobustRule, Rule, weighted_sum
 
 __all__ = ["Attacking", "CheckedExchange", "Codec", "Delivery", "Events", "Faults", "Gossip", "Mixed", "Poisoned",
-           "RobustRule", "Rule", "WeightedMean", "consensus_distance", "exact_mean", "finite", "weighted_sum"]
+           "RobustRule", "Rule", "consensus_distance", "exact_mean", "finite", "weighted_sum"]

@@ -80,11 +80,14 @@ class Handle:
     def wait(self) -> Delivery:
         """The decoded messages; validated and agreed on unless `valid` was None (then nothing is rejected: the
         caller judges and calls `CheckedExchange.delivery` itself, or needs no check)."""
-        inbox = {p: {q: self._codec.decode(q, v, self._round) for q, v in received.items()}
-                 for p, received in self._pending.wait().items()}
+        received = self._pending.wait()
+        # a sender's payload is the same tensor for all its receivers here: decode and judge it once
+        decoded = {q: self._codec.decode(q, v, self._round) for got in received.values() for q, v in got.items()}
+        inbox = {p: {q: decoded[q] for q in got} for p, got in received.items()}
         if self._valid is None:
             return Delivery(inbox, frozenset(), self._net, Events(), self._pending)
-        bad = [(p, q) for p, got in inbox.items() for q, v in got.items() if not self._valid(v)]
+        invalid = {q for q, v in decoded.items() if not self._valid(v)}
+        bad = [(p, q) for p, got in inbox.items() for q in got if q in invalid]
         return self._c.delivery(inbox, self._round, bad, self._net, self._pending)
 
 
@@ -99,10 +102,6 @@ class CheckedExchange:
         self.codec = Poisoned(codec or Codec(), self.faults.poisoned)
         #: False (--on-nonfinite abort): a non-finite message ends the job instead of being rejected.
         self.reject_nonfinite = reject_nonfinite
-
-    @property
-    def local_peers(self) -> list[int]:
-        return self.transport.local_peers
 
     def start(self, vectors: Mapping[int, torch.Tensor], round: int, links: Links, net: RoundNetwork | None = None,
               valid: Callable[[torch.Tensor], bool] | None = finite, codec: Codec | None = None) -> Handle:
@@ -137,5 +136,8 @@ class CheckedExchange:
         return frozenset(found)  # type: ignore[arg-type]
 
     def suspects_of(self, inbox: Inbox, receivers: Collection[int]) -> list[Pair]:
-        """The non-finite messages of the given receivers (those whose combination came out non-finite)."""
-        return [(p, q) for p in sorted(receivers) for q, v in inbox[p].items() if not finite(v)]
+        """The non-finite messages of the given receivers (those whose combination came out non-finite); each
+        sender's message is checked once, however many of them heard it."""
+        senders = {q for p in receivers for q in inbox[p]}
+        bad = {q for q in senders if not finite(next(inbox[p][q] for p in receivers if q in inbox[p]))}
+        return [(p, q) for p in sorted(receivers) for q in inbox[p] if q in bad]

@@ -23,13 +23,24 @@ class Codec:
         return payload
 
 
-class Attacking(Codec):
+class Wrapping(Codec):
+    """A codec around another: decodes as `inner` does; subclasses change what the sender encodes."""
+
+    def __init__(self, inner: Codec) -> None:
+        self.inner = inner
+
+    def decode(self, sender: int, payload: torch.Tensor, round: int) -> torch.Tensor:
+        return self.inner.decode(sender, payload, round)
+
+
+class Attacking(Wrapping):
     """--byzantine: attackers send what their attack makes of their vector (p2pfl.byzantine), then `inner`'s
     encoding of it. What an attacker remembers across rounds (ALIE what it heard, stale its first message)
     is `memory(peer)`, a dict in its peer record, so checkpoints keep it."""
 
     def __init__(self, inner: Codec, robust: Robust, seed: int, memory: Callable[[int], dict]) -> None:
-        self.inner, self.robust, self.seed, self.memory = inner, robust, seed, memory
+        super().__init__(inner)
+        self.robust, self.seed, self.memory = robust, seed, memory
 
     def encode(self, peer: int, vector: torch.Tensor, round: int) -> torch.Tensor:
         if peer in self.robust.byzantine:
@@ -39,19 +50,14 @@ class Attacking(Codec):
             memory.setdefault("first", vector.clone())
         return self.inner.encode(peer, vector, round)
 
-    def decode(self, sender: int, payload: torch.Tensor, round: int) -> torch.Tensor:
-        return self.inner.decode(sender, payload, round)
 
-
-class Poisoned(Codec):
+class Poisoned(Wrapping):
     """--fault nan@PEER:ROUND: the listed senders' payloads are all NaN (a test of the non-finite checks)."""
 
     def __init__(self, inner: Codec, peers: Collection[int]) -> None:
-        self.inner, self.peers = inner, peers
+        super().__init__(inner)
+        self.peers = peers
 
     def encode(self, peer: int, vector: torch.Tensor, round: int) -> torch.Tensor:
         payload = self.inner.encode(peer, vector, round)
         return torch.full_like(payload, float("nan")) if peer in self.peers else payload
-
-    def decode(self, sender: int, payload: torch.Tensor, round: int) -> torch.Tensor:
-        return self.inner.decode(sender, payload, round)

@@ -41,9 +41,6 @@ class Rule:
         """What the receiver kept this round, once the rejected messages are out."""
 
 
-WeightedMean = Rule
-
-
 class RobustRule(Rule):
     """--aggregator with --byzantine: honest peers combine with the run's robust aggregator (p2pfl.byzantine);
     attackers keep their own vector, check what they heard, and remember it (ALIE's next message)."""
