@@ -45,10 +45,10 @@ def sync(device: str) -> None:
 
 
 def time_round(algo, t: int, device: str) -> float:
-    algo.net = algo.ctx.schedule.at(t)
+    net = algo.ctx.schedule.at(t)
     sync(device)
     start = time.perf_counter()
-    algo.local_updates(sorted(algo.peers), t, algo.net)
+    algo.local_updates(sorted(algo.peers), t, net)
     sync(device)
     return time.perf_counter() - start
 

@@ -100,9 +100,10 @@ class Phase:
 class Algorithm:
     """A method: what a peer does locally, what it sends, how it combines, how it is evaluated.
 
-    Every round the runner sets `net`, the round's network (p2pfl.network.RoundNetwork: links, weights,
-    active, alive and straggling peers), then calls `rejoin`, `local_updates` of the active peers and `communicate`,
-    each given that network.
+    Every round the runner calls `rejoin`, `local_updates` of the active peers and `communicate`, each given the
+    round's network (p2pfl.network.RoundNetwork: links, weights, active, alive and straggling peers), and
+    `evaluate` with the network of the round evaluated. The method keeps no network of its own: what a call
+    uses is what it is given.
     """
 
     name = "base"
@@ -123,26 +124,25 @@ class Algorithm:
         self.cfg = ctx.cfg
         #: One record per local peer (a dataclass the method declares); checkpoints save them field by field.
         self.peers: dict[int, Any] = {}
-        #: The network of the current round (round 0, everyone up, until the first round starts).
-        self.net: RoundNetwork = ctx.schedule.at(0)
 
-    def evaluated(self) -> frozenset[int]:
-        """The peers whose metrics count: alive (not crashed) and honest (not --byzantine)."""
-        return self.net.alive - self.ctx.robust.byzantine
+    def evaluated(self, net: RoundNetwork) -> frozenset[int]:
+        """The peers whose metrics count in `net`'s round: alive (not crashed) and honest (not --byzantine)."""
+        return net.alive - self.ctx.robust.byzantine
 
-    def eval_sample(self) -> frozenset[int]:
+    def eval_sample(self, net: RoundNetwork) -> frozenset[int]:
         """The peers scored one by one at the final evaluation: every evaluated peer, or with --eval-peers N a
         sample of N of them drawn from the stream (seed, SHARED, 'eval-peers'), the same on every rank."""
-        alive = sorted(self.evaluated())
+        alive = sorted(self.evaluated(net))
         n = self.cfg.eval_peers
         if n is None or n >= len(alive):
             return frozenset(alive)
         gen = torch_generator(self.cfg.seed, SHARED, "eval-peers")
         return frozenset(alive[i] for i in torch.randperm(len(alive), generator=gen)[:n].tolist())
 
-    def alive_peers(self) -> list[int]:
-        """The local peers whose metrics count (alive and honest) in the current round, ascending."""
-        return [p for p in sorted(self.peers) if p in self.evaluated()]
+    def alive_peers(self, net: RoundNetwork) -> list[int]:
+        """The local peers whose metrics count (alive and honest) in `net`'s round, ascending."""
+        counted = self.evaluated(net)
+        return [p for p in sorted(self.peers) if p in counted]
 
     def setup(self) -> None:
         """Build the local peers' state (data, models). Bad input raises ValueError (reported once)."""
@@ -170,9 +170,10 @@ class Algorithm:
         those of alive peers."""
         return None
 
-    def evaluate(self, round: int, final: bool) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
-        """Collective evaluation: (network-level metrics, valid on rank 0; per-peer metrics of the local peers
-        still alive)."""
+    def evaluate(self, round: int, final: bool, net: RoundNetwork
+                 ) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
+        """Collective evaluation after `round`, whose network is `net`: (network-level metrics, valid on rank 0;
+        per-peer metrics of the local peers still alive)."""
         return {}, {}
 
     def summary(self) -> dict[str, Any]:
@@ -202,6 +203,8 @@ class Runner:
         self.start_time = time.time()
         self._fault_kind, self._fault_at = self._parse_fault(self.cfg.fault)
         self.first_round = 1
+        #: The network of the last round run (round 0's, everyone up, before the first): what evaluations use.
+        self.net: RoundNetwork = ctx.schedule.at(0)
         self._links: list[tuple[int, int]] = []  # per round: (links used, links the topology offered)
 
     @staticmethod
@@ -287,7 +290,7 @@ class Runner:
         offered = [o for _, o in self._links] or [0]
         return NetworkSummary(kind=self.ctx.schedule.kind, links_per_round=sum(used) / len(used),
                               topology_links_per_round=sum(offered) / len(offered),
-                              crashed=sorted(self.algo.net.crashed))
+                              crashed=sorted(self.net.crashed))
 
     def checkpoint(self, round: int) -> None:
         """Save every local peer's state for `round`; collective."""
@@ -306,6 +309,7 @@ class Runner:
             saved = load_peer(self.ctx.run_dir, peer, state["round"], self.ctx.device)
             restore_record(self.algo.peers[peer], saved, self.ctx.device, source=f"the checkpoint of peer {peer}")
         self.first_round = state["round"] + 1
+        self.net = self.ctx.schedule.at(state["round"])
         return state["round"]
 
     def _consensus(self) -> float | None:
@@ -313,19 +317,15 @@ class Runner:
         vectors = self.algo.consensus_vectors()
         if vectors is None:
             return None
-        alive = self.algo.evaluated()
+        alive = self.algo.evaluated(self.net)
         like = next(iter(vectors.values()))
         return consensus_distance(self.world, {p: v for p, v in vectors.items() if p in alive}, len(alive), like=like)
 
     def _round(self, t: int) -> dict[str, Any]:
         ctx = self.ctx
         ts = time.perf_counter()
-        net = ctx.schedule.at(t)
-        network = net.record(ctx.n_peers <= SPECTRAL_MAX_PEERS) if self.world.is_root else None
+        net = self.net = ctx.schedule.at(t)
         schedule_s = time.perf_counter() - ts
-        self.algo.net = net
-        if self.world.is_root:
-            self._links.append((net.links, net.offered))
         self._inject_fault(t)
         stats = ctx.transport.stats
         sent0, recv0 = dict(stats.peer_sent), dict(stats.peer_recv)
@@ -355,13 +355,19 @@ class Runner:
         parts = self.world.gather(part)
         if not self.world.is_root:
             return {}
+        rejected = sorted(pair for p in parts for pair in p["rejected"])
+        used = net.without(rejected) if rejected else net  # the links whose every message was accepted
+        self._links.append((used.links, net.offered))
+        tr = time.perf_counter()
+        network = used.record(ctx.n_peers <= SPECTRAL_MAX_PEERS)
+        schedule_s += time.perf_counter() - tr
         record = round_record(
             t, time.time() - self.start_time, net.active, _merge([p["per_peer"] for p in parts]), cd,
             _merge([p["sent"] for p in parts]), _merge([p["recv"] for p in parts]),
             time_compute_s=max(p["compute_s"] for p in parts), time_comm_s=max(p["comm_s"] for p in parts),
             time_wait_s=max(p["wait_s"] for p in parts), time_local_s=max(p["local_s"] for p in parts),
             round_s=time.perf_counter() - ts, network=network, time_schedule_s=schedule_s,
-            rejected=sorted(pair for p in parts for pair in p["rejected"]),
+            rejected=rejected,
             rolled_back=sorted(q for p in parts for q in p["rolled_back"]),
             cut=sorted(pair for p in parts for pair in p["cut"]))
         self._log(record)
@@ -381,7 +387,7 @@ class Runner:
             print(f"p2pfl: warning: round {t}: " + "; ".join(parts), flush=True)
 
     def _evaluate(self, t: int, final: bool) -> dict[str, float] | None:
-        metrics, per_peer = self.algo.evaluate(t, final)
+        metrics, per_peer = self.algo.evaluate(t, final, self.net)
         parts = self.world.gather(per_peer)
         if not self.world.is_root:
             return None

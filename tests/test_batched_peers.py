@@ -233,15 +233,16 @@ def test_batched_evaluation_equals_per_peer(tmp_path: Path, method: str) -> None
 def test_eval_peers_scores_a_seeded_sample(tmp_path: Path) -> None:
     algo = setup_algorithm(tmp_path / "run", algorithm="fedavg", eval_peers=2, **SMALL)
     _round(algo, 1)
-    metrics, per_peer = algo.evaluate(1, final=True)
+    net = algo.ctx.schedule.at(1)
+    metrics, per_peer = algo.evaluate(1, final=True, net=algo.ctx.schedule.at(1))
     assert len(per_peer) == 2 and metrics["peers_scored"] == 2
     again = setup_algorithm(tmp_path / "again", algorithm="fedavg", eval_peers=2, **SMALL)
-    assert again.eval_sample() == algo.eval_sample() == frozenset(per_peer)
+    assert again.eval_sample(net) == algo.eval_sample(net) == frozenset(per_peer)
     other = setup_algorithm(tmp_path / "other", algorithm="fedavg", eval_peers=2, seed=1, **SMALL)
-    samples = {other.eval_sample()} | {algo.eval_sample()}
+    samples = {other.eval_sample(net)} | {algo.eval_sample(net)}
     assert all(len(s) == 2 for s in samples)
     everyone = setup_algorithm(tmp_path / "all", algorithm="fedavg", **SMALL)
-    assert everyone.eval_sample() == frozenset(range(5))
+    assert everyone.eval_sample(net) == frozenset(range(5))
 
 
 def test_on_where_unsupported_fails_before_training(tmp_path: Path, capsys) -> None:

@@ -233,7 +233,6 @@ def test_byol_rollback_restores_the_target(tmp_path: Path) -> None:
 def _drive(algo, rounds: range) -> None:
     for t in rounds:
         net = algo.ctx.schedule.at(t)
-        algo.net = net
         algo.rejoin(t, net)
         algo.local_updates([p for p in algo.ctx.local_peers if p in net.active], t, net)
         algo.communicate(t, net)

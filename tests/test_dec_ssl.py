@@ -79,7 +79,7 @@ def test_neighbour_drift_equals_direct_layer_norm_sum(tmp_path: Path) -> None:
     algo = setup_algorithm(tmp_path, algorithm="dec-ssl", model="resnet-small", topology="star")
     ctx = algo.ctx
     _fill_distinct({p: peer.model for p, peer in algo.peers.items()})
-    drift = algo.neighbour_drift(1)
+    drift = algo.neighbour_drift(1, ctx.schedule.at(1))
     for p in range(4):
         expected = []
         for q in sorted(ctx.graph.neighbors(p)):
@@ -100,12 +100,12 @@ def test_untrained_encoder_baseline_is_the_initialisations_score_computed_once(t
     built = []
     new_model = algo.new_model
     monkeypatch.setattr(algo, "new_model", lambda: built.append(1) or new_model())
-    first, _ = algo.evaluate(1, final=False)
+    first, _ = algo.evaluate(1, final=False, net=algo.ctx.schedule.at(1))
     assert first["knn_acc_untrained"] == expected["knn_acc"] and "probe_acc_untrained" not in first
-    final, _ = algo.evaluate(1, final=True)
+    final, _ = algo.evaluate(1, final=True, net=algo.ctx.schedule.at(1))
     assert final["probe_acc_untrained"] == expected["probe_acc"]
     assert final["knn_acc_untrained"] == expected["knn_acc"]
-    again, _ = algo.evaluate(1, final=True)
+    again, _ = algo.evaluate(1, final=True, net=algo.ctx.schedule.at(1))
     assert again["probe_acc_untrained"] == expected["probe_acc"]
     # one model for each average plus one untrained model for kNN (first call) and one for the probe (second)
     assert len(built) == 3 + 2

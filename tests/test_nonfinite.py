@@ -26,8 +26,9 @@ def lines(run_dir: Path) -> list[dict]:
 @pytest.mark.parametrize("aggregator", ["mean", "trimmed-mean", "median", "clipped-gossip"])
 def test_a_nan_neighbour_is_a_failed_link(tmp_path: Path, monkeypatch, capsys, aggregator: str) -> None:
     """Peer 2 sends NaN from round 2: its neighbours 1 and 3 reject it, and every metric equals a run in which
-    the links 1-2 and 2-3 failed in rounds 2 and 3 (neighbour drift aside: it is measured on the graph), whatever
-    the aggregator (the robust ones check only the messages of a peer whose result is not finite)."""
+    the links 1-2 and 2-3 failed in rounds 2 and 3, the round records' networks included (neighbour drift
+    aside: it is measured on the graph), whatever the aggregator (the robust ones check only the messages of a
+    peer whose result is not finite)."""
     options = [*FEDAVG, "--aggregator", aggregator]
     assert main([*options, "--fault", "nan@2:2", "--out", str(tmp_path), "--name", "nan"]) == 0
     warned = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
@@ -48,6 +49,7 @@ def test_a_nan_neighbour_is_a_failed_link(tmp_path: Path, monkeypatch, capsys, a
             assert a == b
         elif a["type"] == "round":
             assert a["loss"] == b["loss"] and a["consensus_distance"] == b["consensus_distance"]
+            assert a["network"] == b["network"]  # the record names the links used, not those scheduled
             assert all(math.isfinite(v) for v in a["loss"].values())
         else:
             keep = [k for k in a["metrics"] if not k.startswith("drift_to_neighbours")]

@@ -50,7 +50,7 @@ class Consensus(Algorithm):
             x = torch.randn(size, generator=gen, dtype=getattr(torch, self.cfg.vector_dtype))
             self.peers[p] = ConsensusPeer(id=p, x=x.to(self.ctx.device))
         self.initial_mean = exact_mean(self.ctx.world, self.consensus_vectors(), self.ctx.n_peers)
-        honest = self.evaluated()
+        honest = self.evaluated(self.ctx.schedule.at(0))
         like = self.peers[self.ctx.local_peers[0]].x
         mine = {p: v for p, v in self.consensus_vectors().items() if p in honest}
         self.honest_mean = exact_mean(self.ctx.world, mine, len(honest), like=like)
@@ -65,16 +65,18 @@ class Consensus(Algorithm):
     def consensus_vectors(self) -> dict[int, torch.Tensor]:
         return {p: peer.x for p, peer in self.peers.items()}
 
-    def evaluate(self, round: int, final: bool) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
+    def evaluate(self, round: int, final: bool, net: RoundNetwork
+                 ) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
         """The shift of the mean of all K vectors (crashed peers' kept as they were: the quantity gossip
         preserves); each alive honest peer's distance to the mean of those, and to the mean the honest peers
         started from (where an honest network should end up whatever attackers do)."""
         mean = exact_mean(self.ctx.world, self.consensus_vectors(), self.ctx.n_peers)
         assert self.initial_mean is not None
         shift = float((mean - self.initial_mean).norm() / self.initial_mean.norm())
-        alive = self.alive_peers()
+        alive = self.alive_peers(net)
         like = self.peers[self.ctx.local_peers[0]].x
-        alive_mean = exact_mean(self.ctx.world, {p: self.peers[p].x for p in alive}, len(self.evaluated()), like=like)
+        alive_mean = exact_mean(self.ctx.world, {p: self.peers[p].x for p in alive}, len(self.evaluated(net)),
+                                like=like)
         start = self.honest_mean
         per_peer = {p: {"distance_to_mean": float((self.peers[p].x.double().cpu() - alive_mean).norm()
                                                   / alive_mean.norm()),

@@ -249,10 +249,10 @@ class DecFeatARC(DecSSL):
         peer.model.load_state_dict(mine.state_dict())
 
     # ------------------------------------------------------------------ evaluation
-    def cluster_averages(self) -> list[nn.Module]:
-        """The network average of every cluster's copies over the alive peers (collective, exact)."""
-        alive = self.alive_peers()
-        n = len(self.evaluated())
+    def cluster_averages(self, net: RoundNetwork) -> list[nn.Module]:
+        """The network average of every cluster's copies over the peers alive in `net` (collective, exact)."""
+        alive = self.alive_peers(net)
+        n = len(self.evaluated(net))
         first = self.peers[self.ctx.local_peers[0]]
         out = []
         for k in range(self.n_clusters):
@@ -264,22 +264,23 @@ class DecFeatARC(DecSSL):
             out.append(model.eval())
         return out
 
-    def average_model(self) -> nn.Module:
+    def average_model(self, net: RoundNetwork) -> nn.Module:
         """The network average of the copies of the largest cluster (lowest index on ties); collective. The
         average over all peers' own models would mix unrelated clusters."""
-        sizes = self.cluster_sizes()
-        return self.cluster_averages()[assign_cluster([float(s) for s in sizes])]
+        sizes = self.cluster_sizes(net)
+        return self.cluster_averages(net)[assign_cluster([float(s) for s in sizes])]
 
-    def cluster_sizes(self) -> list[int]:
-        """How many evaluated peers are in each cluster (collective)."""
-        mine = [self.peers[p].cluster for p in self.alive_peers()]
+    def cluster_sizes(self, net: RoundNetwork) -> list[int]:
+        """How many peers evaluated in `net`'s round are in each cluster (collective)."""
+        mine = [self.peers[p].cluster for p in self.alive_peers(net)]
         every = [c for part in self.ctx.world.allgather(mine) for c in part]
         return [every.count(k) for k in range(self.n_clusters)]
 
-    def evaluate(self, round: int, final: bool) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
-        averages = self.cluster_averages()
-        sizes = self.cluster_sizes()
-        between = self.neighbour_drift(round) if final else {}  # before the root's scoring (GossipLearner.evaluate)
+    def evaluate(self, round: int, final: bool, net: RoundNetwork
+                 ) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
+        averages = self.cluster_averages(net)
+        sizes = self.cluster_sizes(net)
+        between = self.neighbour_drift(round, net) if final else {}  # before the root scores (as GossipLearner)
         metrics: dict[str, float] = {}
         if self.ctx.world.is_root:
             scores = [self.score(avg, None, final) for avg in averages]
@@ -295,7 +296,7 @@ class DecFeatARC(DecSSL):
         baseline = self.baseline_here(final)
         per_peer: dict[int, dict[str, float]] = {}
         if final:
-            per_peer = self.final_peer_scores(metrics, between, lambda p: averages[self.peers[p].cluster],
+            per_peer = self.final_peer_scores(metrics, between, net, lambda p: averages[self.peers[p].cluster],
                                               lambda p: {"cluster": float(self.peers[p].cluster)})
         self.report_baseline(metrics, baseline)
         return metrics, per_peer

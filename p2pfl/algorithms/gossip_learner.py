@@ -163,29 +163,31 @@ class GossipLearner(LocalTrainer):
         return {p: peer.mixable.flatten(peer.buffer) for p, peer in self.peers.items()}
 
     # ------------------------------------------------------------------ evaluation
-    def average_model(self) -> nn.Module:
-        """The network average x̄ of the alive peers' full states (BatchNorm included); collective."""
-        alive = self.alive_peers()
+    def average_model(self, net: RoundNetwork) -> nn.Module:
+        """The network average x̄ of the full states (BatchNorm included) of the peers alive in `net`;
+        collective."""
+        alive = self.alive_peers(net)
         like = self.peers[self.ctx.local_peers[0]].full.flatten()
-        mean = exact_mean(self.ctx.world, {p: self.peers[p].full.flatten() for p in alive}, len(self.evaluated()),
+        mean = exact_mean(self.ctx.world, {p: self.peers[p].full.flatten() for p in alive}, len(self.evaluated(net)),
                           like=like)
         model = self.new_model()
         state = MixableState(model)
         state.unflatten_(mean.to(state.dtype).to(self.ctx.device))
         return model
 
-    def evaluate(self, round: int, final: bool) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
-        avg = self.average_model()
+    def evaluate(self, round: int, final: bool, net: RoundNetwork
+                 ) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
+        avg = self.average_model(net)
         avg.eval()
         # The evaluation's one exchange comes before the root's scoring of the average, so that no rank waits
         # on the root (and its receive timeout) while the root probes; the ranks meet again only at the gather.
-        between = self.neighbour_drift(round) if final else {}
+        between = self.neighbour_drift(round, net) if final else {}
         metrics: dict[str, float] = {}
         if self.ctx.world.is_root:
             scores = self.score(avg, None, final)
             metrics = {f"{k}_avg": v for k, v in scores.items()}
         baseline = self.baseline_here(final)
-        per_peer = self.final_peer_scores(metrics, between, lambda p: avg) if final else {}
+        per_peer = self.final_peer_scores(metrics, between, net, lambda p: avg) if final else {}
         self.report_baseline(metrics, baseline)
         return metrics, per_peer
 
@@ -207,16 +209,16 @@ class GossipLearner(LocalTrainer):
         if self.ctx.world.is_root:
             metrics.update({f"{k}_untrained": v for k, v in (baseline or {}).items()})
 
-    def final_peer_scores(self, metrics: dict[str, float], between: dict[int, float],
+    def final_peer_scores(self, metrics: dict[str, float], between: dict[int, float], net: RoundNetwork,
                           reference: Callable[[int], nn.Module],
                           extra: Callable[[int], dict[str, float]] | None = None) -> dict[int, dict[str, float]]:
         """The final scores of the local peers in the --eval-peers sample, each with its drift to its reference
         model (the network average) and to its neighbours and the method's `extra` entries; the root's
         `metrics` get `peers_scored`."""
-        sample = self.eval_sample()
+        sample = self.eval_sample(net)
         if self.ctx.world.is_root:
             metrics["peers_scored"] = float(len(sample))
-        scored = [p for p in self.alive_peers() if p in sample]
+        scored = [p for p in self.alive_peers(net) if p in sample]
         return {p: {**scores, **(extra(p) if extra else {}),
                     "drift_to_avg": weight_drift(self.peers[p].model, reference(p)), "drift_to_neighbours": between[p]}
                 for p, scores in self.score_peers(scored, True).items()}
@@ -240,11 +242,11 @@ class GossipLearner(LocalTrainer):
                 f"(gain {100 * (final[f'{k}_avg'] - final[f'{k}_untrained']):+.1f} points)"
                 for k in REPRESENTATION_METRICS if f"{k}_avg" in final and f"{k}_untrained" in final]
 
-    def neighbour_drift(self, round: int) -> dict[int, float]:
-        """Mean d_w between each alive local peer and its alive neighbours in the support graph (one extra
-        exchange of full states)."""
-        vectors = {p: self.peers[p].full.flatten() for p in self.alive_peers()}
-        delivered = self.ctx.checked.exchange(vectors, round, self.ctx.transport.all_links(self.evaluated()))
+    def neighbour_drift(self, round: int, net: RoundNetwork) -> dict[int, float]:
+        """Mean d_w between each local peer alive in `net` and its alive neighbours in the support graph (one
+        extra exchange of full states)."""
+        vectors = {p: self.peers[p].full.flatten() for p in self.alive_peers(net)}
+        delivered = self.ctx.checked.exchange(vectors, round, self.ctx.transport.all_links(self.evaluated(net)))
         out = {}
         for p in delivered.inbox:
             state = self.peers[p].full

@@ -305,8 +305,9 @@ class FedMuscle(LocalTrainer):
             out["sample_digest"] = f"{peer.sample_digest:08x}"
         return out
 
-    def evaluate(self, round: int, final: bool) -> tuple[dict[str, float], dict[int, dict[str, Any]]]:
-        per_peer = {p: self.score_peer(self.peers[p]) for p in self.alive_peers()}
+    def evaluate(self, round: int, final: bool, net: RoundNetwork
+                 ) -> tuple[dict[str, float], dict[int, dict[str, Any]]]:
+        per_peer = {p: self.score_peer(self.peers[p]) for p in self.alive_peers(net)}
         mine = {p: (self.peers[p].task.entry.task, m[TASK_METRIC]) for p, m in per_peer.items()}
         world = self.ctx.world
         parts = world.gather(mine)
