@@ -104,11 +104,12 @@ class RunConfig:
     byzantine: str | None = _opt(None, "attacking peers: a count drawn with the seed (2) or a list (3,7)",
                                  section="byzantine")
     attack: str = _opt("sign-flip", "what attackers send", _owned("p2pfl.byzantine", "ATTACKS"), section="byzantine")
-    attack_scale: float = _opt(1.0, "strength of sign-flip (-s·x) and gaussian (x + s·N(0, I))", section="byzantine")
+    attack_scale: float = _opt(1.0, "strength of sign-flip (-s·x), gaussian (x + s·N(0, I)) and dissensus (its ε)",
+                               section="byzantine")
     aggregator: str = _opt("mean", "how honest peers combine what they receive",
                            _owned("p2pfl.byzantine", "AGGREGATORS"), section="byzantine")
-    trim: int = _opt(1, "values trimmed per side (trimmed-mean); attackers assumed per neighbourhood (clipped-gossip)",
-                     section="byzantine")
+    trim: int = _opt(1, "values trimmed per side (trimmed-mean); attackers assumed per neighbourhood (clipped-gossip); "
+                        "lowered where a neighbourhood is too small", section="byzantine")
     clip_radius: float | None = _opt(None, "fixed clipping radius of clipped-gossip (default: the paper's adaptive "
                                            "choice)", section="byzantine")
     # data
@@ -474,7 +475,9 @@ def resolve(cfg: RunConfig, world_size: int) -> ResolvedRun:
                f"{', '.join(algorithms.batchable())}); use auto or off")
     if cfg.byzantine is not None:
         from p2pfl.byzantine import choose_byzantine
-        choose_byzantine(cfg.byzantine, peers, cfg.seed)
+        attackers = len(choose_byzantine(cfg.byzantine, peers, cfg.seed))
+        _check(cfg.attack != "alie" or attackers <= peers // 2, "attack",
+               f"alie is defined for at most {peers // 2} attackers among {peers} peers, got {attackers}")
     if cfg.crash is not None:
         from p2pfl.network import parse_crashes
         crashes = parse_crashes(cfg.crash, peers, cfg.seed)

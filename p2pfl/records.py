@@ -48,7 +48,15 @@ class NetworkRecord(TypedDict, total=False):
     sigma2: float
 
 
-class RoundRecord(RoundStart):
+class RobustRound(TypedDict, total=False):
+    """What only runs with --byzantine or a robust --aggregator record of a round."""
+
+    #: [receiver, trim]: the receiver's neighbourhood made the aggregator assume fewer attackers than --trim
+    #: (p2pfl.byzantine.aggregators.lowered_trim)
+    trim_lowered: list[list[int]]
+
+
+class RoundRecord(RoundStart, RobustRound):
     """A finished round t >= 1; bytes count every neighbour message, times are the slowest rank's.
 
     Besides these keys, each per-peer metric the method reports (e.g. `loss`) appears as `<name>`: {peer: value}
@@ -106,8 +114,10 @@ def round_record(round: int, elapsed_s: float, active: Iterable[int], per_peer: 
                  time_compute_s: float, time_comm_s: float, time_wait_s: float, time_local_s: float,
                  round_s: float, network: NetworkRecord, time_schedule_s: float,
                  rejected: Iterable[tuple[int, int]] = (), rolled_back: Iterable[int] = (),
-                 cut: Iterable[tuple[int, int]] = ()) -> RoundRecord:
-    """The record of round `round` from the peers' metrics (sorted by peer) and bytes sent/received per peer."""
+                 cut: Iterable[tuple[int, int]] = (), trim_lowered: Iterable[tuple[int, int]] | None = None
+                 ) -> RoundRecord:
+    """The record of round `round` from the peers' metrics (sorted by peer) and bytes sent/received per peer
+    (`trim_lowered` only for robust runs, None otherwise)."""
     record: dict[str, Any] = {"type": "round", "round": round, "elapsed_s": elapsed_s, "active": sorted(active),
                               "network": network}
     for key in sorted({k for m in per_peer.values() for k in m}):
@@ -119,6 +129,8 @@ def round_record(round: int, elapsed_s: float, active: Iterable[int], per_peer: 
                   time_comm_s=time_comm_s, time_wait_s=time_wait_s, time_local_s=time_local_s, round_s=round_s,
                   time_schedule_s=time_schedule_s, rejected=[list(pair) for pair in rejected],
                   rolled_back=list(rolled_back), cut=[list(pair) for pair in cut])
+    if trim_lowered is not None:
+        record["trim_lowered"] = [list(pair) for pair in trim_lowered]
     return record  # type: ignore[return-value]
 
 

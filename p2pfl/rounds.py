@@ -350,7 +350,7 @@ class Runner:
             "compute_s": (t1 - t0) + (t2 - t1 - comm - wait), "comm_s": comm, "wait_s": wait,
             "local_s": t1 - t0,
             "rejected": list(events.rejected), "rolled_back": sorted(local.rolled_back),
-            "cut": list(events.cut),
+            "cut": list(events.cut), "trim_lowered": list(events.lowered),
         }
         parts = self.world.gather(part)
         if not self.world.is_root:
@@ -369,7 +369,8 @@ class Runner:
             round_s=time.perf_counter() - ts, network=network, time_schedule_s=schedule_s,
             rejected=rejected,
             rolled_back=sorted(q for p in parts for q in p["rolled_back"]),
-            cut=sorted(pair for p in parts for pair in p["cut"]))
+            cut=sorted(pair for p in parts for pair in p["cut"]),
+            trim_lowered=sorted(pair for p in parts for pair in p["trim_lowered"]) if ctx.robust.active else None)
         self._log(record)
         self._warn_nonfinite(t, record)
         return record

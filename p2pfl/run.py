@@ -42,7 +42,7 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
                           cuda_aware=cfg.cuda_aware_mpi)
     checked = CheckedExchange(transport, world, reject_nonfinite=cfg.on_nonfinite == "rollback")
     robust = Robust(choose_byzantine(cfg.byzantine, n_peers, cfg.seed), attack=cfg.attack, scale=cfg.attack_scale,
-                    aggregator=cfg.aggregator, trim=cfg.trim, clip_radius=cfg.clip_radius)
+                    aggregator=cfg.aggregator, trim=cfg.trim, clip_radius=cfg.clip_radius, peers=n_peers)
     resume_round = None
     if cfg.resume is not None:
         run_dir = Path(cfg.resume)

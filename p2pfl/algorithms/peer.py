@@ -33,8 +33,8 @@ class Peer:
     data: PeerData
     augment_rng: torch.Generator
     optimizer: torch.optim.Optimizer
-    #: What the peer remembers as an attacker (--byzantine) across rounds, per stream of vectors it sends: ALIE
-    #: what it heard, stale its first message (p2pfl.gossip.codec.Attacking); empty for honest peers.
+    #: What the peer remembers as an attacker (--byzantine) across rounds, per stream of vectors it sends: stale
+    #: its first message (p2pfl.gossip.codec.Attacking); empty for honest peers and the other attacks.
     attack_memory: dict[str, Any] = field(default_factory=dict, kw_only=True)
 
 

@@ -1,17 +1,26 @@
 """How an honest peer combines its own vector with what its neighbours sent (SPEC §2 replaced by a robust rule).
 
 - mean: Σ_j W_ij x_j, the gossip step (not robust);
-- trimmed-mean: coordinate-wise, the `trim` largest and `trim` smallest values of the closed neighbourhood are
-  dropped and the rest averaged (all of them kept when fewer than 2·trim + 1 values);
+- trimmed-mean: coordinate-wise, the t largest and t smallest of the n values of the closed neighbourhood are
+  dropped and the rest averaged, t = min(trim, (n − 1)//2): a neighbourhood too small for `trim` per side keeps
+  the middle value (n odd) or two (n even), i.e. the coordinate-wise median, not the plain mean (as the
+  published ClippedGossip code lowers its trimmed mean's b until n − 2b > 0);
 - median: the coordinate-wise median of the closed neighbourhood;
 - clipped-gossip (He, Karimireddy and Jaggi, 2022): x_i + Σ_j W_ij clip(x_j − x_i, τ_i), clip(z, τ) =
-  z·min(1, τ/‖z‖). τ_i is --clip-radius, or adaptively as in the paper: the neighbours are sorted by ‖x_j − x_i‖
-  and τ_i is the distance below which lies all but a weight δ_i of them, δ_i the `trim` largest weights W_ij
-  (the weight at most `trim` attackers could hold), so the farthest δ_i of the weight is clipped.
+  z·min(1, τ/‖z‖). τ_i is --clip-radius, or adaptively as in the paper: the neighbours' weight farther than τ_i
+  is at most δ_i, the `trim` largest weights W_ij (the weight at most `trim` attackers could hold). Exactly:
+  τ_i = the smallest of the neighbours' distances d_k = ‖x_k − x_i‖ such that the weight of the neighbours
+  strictly farther than d_k is at most δ_i. So only the farthest δ_i of the weight is clipped (with equal
+  weights: τ_i is the distance of the (trim+1)-th farthest neighbour, the published code's choice for one
+  attacker), and τ_i is never below the nearest neighbour's distance: a peer with m ≤ trim neighbours clips all
+  but its nearest (one neighbour: nothing clipped, its step is the gossip step). Without that floor the
+  smallest τ meeting the weight condition would be 0 whenever the whole neighbourhood weighs at most δ_i, and a
+  leaf of a star or tree would discard its only neighbour and never move.
 
 Each returns the combined vector and the neighbours it cut: those whose difference was clipped, or whose values
-were dropped in most coordinates (counted on a regular sample of at most 2^20 coordinates). The trimmed mean and
-the median select by elementwise min/max in reused scratch vectors, never by a sort.
+were dropped in most coordinates (counted on a regular sample of at most 2^20 coordinates). `lowered_trim`
+says when a neighbourhood made an aggregator assume fewer attackers than `trim` (recorded per round). The
+trimmed mean and the median select by elementwise min/max in reused scratch vectors, never by a sort.
 """
 from __future__ import annotations
 
@@ -26,7 +35,7 @@ AGGREGATORS = ("mean", "trimmed-mean", "median", "clipped-gossip")
 @dataclass(frozen=True)
 class Robust:
     """A run's attackers and defence (from --byzantine, --attack, --attack-scale, --aggregator, --trim,
-    --clip-radius)."""
+    --clip-radius; `peers`, the network's size, is ALIE's n)."""
 
     byzantine: frozenset[int]
     attack: str = "sign-flip"
@@ -34,6 +43,7 @@ class Robust:
     aggregator: str = "mean"
     trim: int = 1
     clip_radius: float | None = None
+    peers: int = 0
 
     @property
     def active(self) -> bool:
@@ -83,14 +93,17 @@ def _extremes(rows: list[torch.Tensor], k: int, largest: bool, scratch: Scratch)
 
 def trimmed_mean(own: torch.Tensor, received: dict[int, torch.Tensor], trim: int, scratch: Scratch | None = None
                  ) -> tuple[torch.Tensor, list[int]]:
+    """The coordinate-wise mean of the closed neighbourhood without its t = min(trim, (n − 1)//2) largest and
+    smallest values per coordinate, and the neighbours dropped in most coordinates."""
     scratch = scratch or Scratch()
     order = [-1, *sorted(received)]
     rows = [own, *(received[j] for j in order[1:])]
     n = len(rows)
+    trim = min(trim, (n - 1) // 2)
     out = torch.add(own, rows[1], out=torch.empty_like(own)) if n > 1 else own.clone()
     for row in rows[2:]:
         out.add_(row)
-    if n < 2 * trim + 1 or trim == 0:
+    if trim == 0:
         return out.div_(n), []
     low, high = _extremes(rows, trim, False, scratch), _extremes(rows, trim, True, scratch)
     for v in (*low, *high):
@@ -138,17 +151,31 @@ def clipped_gossip(own: torch.Tensor, received: dict[int, torch.Tensor], row: li
 
 
 def adaptive_radius(norms: dict[int, float], weights: dict[int, float], trim: int) -> float:
-    """The paper's choice: clip the farthest neighbours holding weight δ = the `trim` largest weights."""
+    """The paper's choice (module docstring): the smallest neighbour distance beyond which lies at most the
+    weight δ of the `trim` heaviest neighbours; never below the nearest neighbour's distance."""
     if not norms:
         return 0.0
-    delta = sum(sorted(weights[j] for j in norms)[::-1][:trim])
-    far_first = sorted(norms, key=lambda j: -norms[j])
-    mass = 0.0
-    for j in far_first:
-        mass += weights[j]
-        if mass > delta + 1e-12:
-            return norms[j]
-    return 0.0
+    delta = sum(sorted((weights[j] for j in norms), reverse=True)[:trim])
+    tau, farther = 0.0, 0.0
+    for j in sorted(norms, key=lambda j: -norms[j]):
+        if farther > delta + 1e-12:
+            break
+        tau = norms[j]
+        farther += weights[j]
+    return tau
+
+
+def lowered_trim(robust: Robust, senders: int) -> int | None:
+    """The number of attackers the run's aggregator assumed in a neighbourhood of `senders` messages when that
+    is fewer than --trim (else None): trimmed-mean trims min(trim, senders // 2) per side (own value included),
+    adaptive clipped-gossip clips at most senders − 1 neighbours (the nearest stays unclipped)."""
+    if robust.aggregator == "trimmed-mean":
+        allowed = senders // 2
+    elif robust.aggregator == "clipped-gossip" and robust.clip_radius is None:
+        allowed = max(senders - 1, 0)
+    else:
+        return None
+    return allowed if allowed < robust.trim else None
 
 
 def aggregate(robust: Robust, peer: int, own: torch.Tensor, received: dict[int, torch.Tensor],

@@ -1,23 +1,22 @@
-"""What a Byzantine peer sends instead of its vector. Every attacker sends one vector to all its neighbours.
+"""What a Byzantine peer sends instead of its vector. These attackers send one vector to all their neighbours,
+made on their own side (p2pfl.gossip.codec.Attacking):
 
 - sign-flip: −scale · x (the peer's own vector, negated);
 - gaussian: x + scale · ε, ε ~ N(0, I) from the attacker's own stream (seed, peer, 'attack/t');
-- alie (A Little Is Enough, Baruch et al. 2019): μ − z·σ, the coordinate-wise mean and standard deviation of
-  the vectors the attacker heard in its last exchange (its own included; it cannot see this round's before
-  sending), z = Φ⁻¹((n − s)/n), s = ⌊n/2 + 1⌋ − 1, n its closed neighbourhood;
 - zero: the zero vector;
 - stale: the first vector it ever sent, forever.
+
+The omniscient attacks, alie and dissensus, are tailored to each receiver from what it gets this round; they are
+made on the receiver's side (p2pfl.byzantine.omniscient).
 """
 from __future__ import annotations
 
-import math
-from statistics import NormalDist
-
 import torch
 
+from p2pfl.byzantine.omniscient import OMNISCIENT
 from p2pfl.seeding import SHARED, numpy_rng, torch_generator
 
-ATTACKS = ("sign-flip", "gaussian", "alie", "zero", "stale")
+ATTACKS = ("sign-flip", "gaussian", "alie", "zero", "stale", "dissensus")
 
 
 def choose_byzantine(spec: str | None, n_peers: int, seed: int) -> frozenset[int]:
@@ -42,15 +41,9 @@ def choose_byzantine(spec: str | None, n_peers: int, seed: int) -> frozenset[int
     return frozenset(peers)
 
 
-def alie_z(n: int) -> float:
-    """Baruch et al.'s z for n inputs: Φ⁻¹((n − s)/n) with s = ⌊n/2 + 1⌋ − 1 supporters needed."""
-    s = math.floor(n / 2 + 1) - 1
-    return NormalDist().inv_cdf((n - s) / n) if 0 < (n - s) / n < 1 else 0.0
-
-
 def attack_vector(kind: str, x: torch.Tensor, *, seed: int, peer: int, round: int, scale: float,
-                  heard: list[torch.Tensor] | None = None, first: torch.Tensor | None = None) -> torch.Tensor:
-    """The vector attacker `peer` sends in `round` instead of its own `x`."""
+                  first: torch.Tensor | None = None) -> torch.Tensor:
+    """The vector attacker `peer` sends in `round` instead of its own `x` (`first`: stale's first message)."""
     if kind == "sign-flip":
         return -scale * x
     if kind == "gaussian":
@@ -60,8 +53,6 @@ def attack_vector(kind: str, x: torch.Tensor, *, seed: int, peer: int, round: in
         return torch.zeros_like(x)
     if kind == "stale":
         return first if first is not None else x
-    if kind == "alie":
-        vectors = torch.stack([x, *(heard or [])]).double()
-        mu, sigma = vectors.mean(0), vectors.std(0, unbiased=False)
-        return (mu - alie_z(len(vectors)) * sigma).to(x.dtype)
+    if kind in OMNISCIENT:
+        raise ValueError(f"--attack {kind} is made on the receiver's side (p2pfl.byzantine.omniscient)")
     raise ValueError(f"--attack: unknown attack {kind!r}; known: {', '.join(ATTACKS)}")

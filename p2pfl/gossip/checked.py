@@ -1,7 +1,8 @@
 """The checked exchange: the one place a round's messages are exchanged and validated.
 
-encode (the codec, on the sender's side) -> transport -> decode -> validate what arrived -> agree on the rejected
-links across ranks -> the round's network without them. Every caller that sends something in a round (gossip,
+encode (the codec, on the sender's side) -> transport -> decode -> tamper (omniscient attackers' messages made
+for each receiver, p2pfl.byzantine.omniscient) -> validate what arrived -> agree on the rejected links across
+ranks -> the round's network without them. Every caller that sends something in a round (gossip,
 the server's hops, a returning peer's pull, FeatARC's clusters, FedMuscle's representations, the drift
 measurement) goes through it; what it rejected comes back as a value (`Delivery.events`) for the round record.
 """
@@ -18,6 +19,8 @@ from p2pfl.gossip.codec import Codec, Poisoned
 from p2pfl.network.schedule import RoundNetwork
 
 Pair = tuple[int, int]  # (receiver, sender)
+#: The receiver-side stage of omniscient attackers: (receiver, what it got) -> what it gets instead.
+Tamper = Callable[[int, dict[int, torch.Tensor]], dict[int, torch.Tensor]]
 
 
 def finite(t: torch.Tensor) -> bool:
@@ -27,14 +30,17 @@ def finite(t: torch.Tensor) -> bool:
 
 @dataclass(frozen=True)
 class Events:
-    """What a round's exchanges did, for its record: the (receiver, sender) messages rejected and the
-    (receiver, neighbour) a robust aggregator cut, for this rank's receivers."""
+    """What a round's exchanges did, for its record: the (receiver, sender) messages rejected, the
+    (receiver, neighbour) a robust aggregator cut and the (receiver, trim) where its neighbourhood made the
+    aggregator assume fewer attackers than --trim, for this rank's receivers."""
 
     rejected: tuple[Pair, ...] = ()
     cut: tuple[Pair, ...] = ()
+    lowered: tuple[tuple[int, int], ...] = ()
 
     def __add__(self, other: Events) -> Events:
-        return Events(tuple(sorted({*self.rejected, *other.rejected})), tuple(sorted({*self.cut, *other.cut})))
+        return Events(*(tuple(sorted({*mine, *theirs})) for mine, theirs in
+                        ((self.rejected, other.rejected), (self.cut, other.cut), (self.lowered, other.lowered))))
 
 
 @dataclass
@@ -69,25 +75,43 @@ class Delivery:
         return {q: v for q, v in received.items() if (peer, q) not in self.rejected and q in alive}
 
 
+def failing(inbox: Inbox, receivers: Iterable[int], valid: Callable[[torch.Tensor], bool]) -> list[Pair]:
+    """The (receiver, sender) messages of `receivers` that `valid` rejects. Each distinct message is judged once:
+    a sender's decoded payload is one tensor for all its receivers, a forged one is its receiver's own."""
+    verdicts: dict[int, bool] = {}
+    bad = []
+    for p in sorted(receivers):
+        for q, v in inbox[p].items():
+            if id(v) not in verdicts:
+                verdicts[id(v)] = valid(v)
+            if not verdicts[id(v)]:
+                bad.append((p, q))
+    return bad
+
+
 class Handle:
     """A started checked exchange: compute meanwhile, then `wait()` for its `Delivery`."""
 
     def __init__(self, checked: CheckedExchange, pending: Pending, codec: Codec, round: int,
-                 net: RoundNetwork | None, valid: Callable[[torch.Tensor], bool] | None) -> None:
+                 net: RoundNetwork | None, valid: Callable[[torch.Tensor], bool] | None,
+                 tamper: Tamper | None = None) -> None:
         self._c, self._pending, self._codec, self._round, self._net, self._valid = (checked, pending, codec,
                                                                                    round, net, valid)
+        self._tamper = tamper
 
     def wait(self) -> Delivery:
-        """The decoded messages; validated and agreed on unless `valid` was None (then nothing is rejected: the
-        caller judges and calls `CheckedExchange.delivery` itself, or needs no check)."""
+        """The decoded messages (tampered with, given a `tamper` stage); validated and agreed on unless `valid`
+        was None (then nothing is rejected: the caller judges and calls `CheckedExchange.delivery` itself, or
+        needs no check)."""
         received = self._pending.wait()
-        # a sender's payload is the same tensor for all its receivers here: decode and judge it once
+        # a sender's payload is the same tensor for all its receivers here: decode it once
         decoded = {q: self._codec.decode(q, v, self._round) for got in received.values() for q, v in got.items()}
         inbox = {p: {q: decoded[q] for q in got} for p, got in received.items()}
+        if self._tamper is not None:
+            inbox = {p: self._tamper(p, got) for p, got in inbox.items()}
         if self._valid is None:
             return Delivery(inbox, frozenset(), self._net, Events(), self._pending)
-        invalid = {q for q, v in decoded.items() if not self._valid(v)}
-        bad = [(p, q) for p, got in inbox.items() for q in got if q in invalid]
+        bad = failing(inbox, inbox, self._valid)
         return self._c.delivery(inbox, self._round, bad, self._net, self._pending)
 
 
@@ -104,19 +128,21 @@ class CheckedExchange:
         self.reject_nonfinite = reject_nonfinite
 
     def start(self, vectors: Mapping[int, torch.Tensor], round: int, links: Links, net: RoundNetwork | None = None,
-              valid: Callable[[torch.Tensor], bool] | None = finite, codec: Codec | None = None) -> Handle:
-        """Encode every local sender's vector and start the exchange along `links`; `valid` (default: finite)
-        judges each decoded message at `wait` (None: the caller judges, then calls `delivery`)."""
+              valid: Callable[[torch.Tensor], bool] | None = finite, codec: Codec | None = None,
+              tamper: Tamper | None = None) -> Handle:
+        """Encode every local sender's vector and start the exchange along `links`; at `wait`, `tamper` (the
+        omniscient attackers) rewrites each receiver's decoded messages and `valid` (default: finite) judges
+        them (None: the caller judges, then calls `delivery`)."""
         codec = self.codec if codec is None else codec
         payloads = {p: codec.encode(p, v, round) for p, v in vectors.items()}
         pending = self.transport.start(payloads, round, links, withheld=self.faults.silent)
-        return Handle(self, pending, codec, round, net, valid)
+        return Handle(self, pending, codec, round, net, valid, tamper)
 
     def exchange(self, vectors: Mapping[int, torch.Tensor], round: int, links: Links,
                  net: RoundNetwork | None = None, valid: Callable[[torch.Tensor], bool] | None = finite,
-                 codec: Codec | None = None) -> Delivery:
+                 codec: Codec | None = None, tamper: Tamper | None = None) -> Delivery:
         """`start(...).wait()`."""
-        return self.start(vectors, round, links, net, valid, codec).wait()
+        return self.start(vectors, round, links, net, valid, codec, tamper).wait()
 
     def delivery(self, inbox: Inbox, round: int, bad: Iterable[Pair], net: RoundNetwork | None,
                  pending: Pending | None = None) -> Delivery:
@@ -137,7 +163,5 @@ class CheckedExchange:
 
     def suspects_of(self, inbox: Inbox, receivers: Collection[int]) -> list[Pair]:
         """The non-finite messages of the given receivers (those whose combination came out non-finite); each
-        sender's message is checked once, however many of them heard it."""
-        senders = {q for p in receivers for q in inbox[p]}
-        bad = {q for q in senders if not finite(next(inbox[p][q] for p in receivers if q in inbox[p]))}
-        return [(p, q) for p in sorted(receivers) for q in inbox[p] if q in bad]
+        distinct message is checked once, however many of them heard it."""
+        return failing(inbox, receivers, finite)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection
 
 import torch
 
-from p2pfl.byzantine import Robust, attack_vector
+from p2pfl.byzantine import OMNISCIENT, Robust, attack_vector
 
 
 class Codec:
@@ -34,20 +34,22 @@ class Wrapping(Codec):
 
 
 class Attacking(Wrapping):
-    """--byzantine: attackers send what their attack makes of their vector (p2pfl.byzantine), then `inner`'s
-    encoding of it. What an attacker remembers across rounds (ALIE what it heard, stale its first message)
-    is `memory(peer)`, a dict in its peer record, so checkpoints keep it."""
+    """--byzantine: attackers send what their attack makes of their vector (p2pfl.byzantine.attacks), then
+    `inner`'s encoding of it; under an omniscient attack (alie, dissensus) they send their own vector, which the
+    receiver's side replaces (p2pfl.byzantine.omniscient). What an attacker remembers across rounds (stale its
+    first message) is `memory(peer)`, a dict in its peer record, so checkpoints keep it."""
 
     def __init__(self, inner: Codec, robust: Robust, seed: int, memory: Callable[[int], dict]) -> None:
         super().__init__(inner)
         self.robust, self.seed, self.memory = robust, seed, memory
 
     def encode(self, peer: int, vector: torch.Tensor, round: int) -> torch.Tensor:
-        if peer in self.robust.byzantine:
+        if peer in self.robust.byzantine and self.robust.attack not in OMNISCIENT:
             memory = self.memory(peer)
             vector = attack_vector(self.robust.attack, vector, seed=self.seed, peer=peer, round=round,
-                                   scale=self.robust.scale, heard=memory.get("heard"), first=memory.get("first"))
-            memory.setdefault("first", vector.clone())
+                                   scale=self.robust.scale, first=memory.get("first"))
+            if self.robust.attack == "stale":
+                memory.setdefault("first", vector.clone())
         return self.inner.encode(peer, vector, round)
 
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from p2pfl.byzantine import Robust, Scratch
-from p2pfl.gossip.checked import CheckedExchange, Events
+from p2pfl.byzantine import OMNISCIENT, Adversary, Robust, Scratch
+from p2pfl.gossip.checked import CheckedExchange, Events, Tamper
 from p2pfl.gossip.codec import Attacking
 from p2pfl.gossip.rules import RobustRule, Rule, weighted_sum
 from p2pfl.network.schedule import HUB, RoundNetwork
@@ -40,15 +40,27 @@ class Gossip:
         if self.robust.active:
             assert memory is not None, "robust gossip needs the peers' attacker memory"
             codec = Attacking(self.checked.codec, self.robust, self.seed, memory)
-            return self.combine(vectors, net, round, RobustRule(self.robust, memory, sizes, self.scratch), codec)
+            rule = RobustRule(self.robust, sizes, self.scratch)
+            return self.combine(vectors, net, round, rule, codec, self.adversary(vectors, net, sizes))
         return self.combine(vectors, net, round, Rule(sizes))
 
+    def adversary(self, vectors: dict[int, torch.Tensor], net: RoundNetwork, sizes: Sequence[float] | None = None
+                  ) -> Tamper | None:
+        """The receiver-side stage of an omniscient attack (p2pfl.byzantine.omniscient) on this round's mix: each
+        honest receiver's Byzantine messages made from its own vector, its inbox and its row of W. None for the
+        other attacks (made by the sender's codec) and without attackers."""
+        if self.robust.attack not in OMNISCIENT or not self.robust.byzantine:
+            return None
+        adversary = Adversary(self.robust.attack, self.robust.byzantine, self.robust.peers, self.robust.scale)
+        return lambda p, got: adversary.forge(p, vectors[p], got, net.row(p, sizes))
+
     def combine(self, vectors: dict[int, torch.Tensor], net: RoundNetwork, round: int, rule: Rule,
-                codec: Attacking | None = None) -> Mixed:
-        """Exchange along the round's links and combine with `rule`. A non-finite message is rejected: every
-        rank learns of it, the link counts as failed for the round and the weights are recomputed, so the result
-        equals a round in which that link failed. Only the messages behind suspect results are checked."""
-        got = self.checked.exchange(vectors, round, net.incoming, net=net, valid=None, codec=codec)
+                codec: Attacking | None = None, tamper: Tamper | None = None) -> Mixed:
+        """Exchange along the round's links (`tamper`: omniscient attackers on the receivers' side) and combine
+        with `rule`. A non-finite message is rejected: every rank learns of it, the link counts as failed for the
+        round and the weights are recomputed, so the result equals a round in which that link failed. Only the
+        messages behind suspect results are checked."""
+        got = self.checked.exchange(vectors, round, net.incoming, net=net, valid=None, codec=codec, tamper=tamper)
         results = {p: rule.combine(p, vectors[p], received, net) for p, received in got.inbox.items()}
         suspects = [p for p, (v, _) in results.items() if rule.suspect(p, v)]
         delivered = self.checked.delivery(got.inbox, round, self.checked.suspects_of(got.inbox, suspects), net,
@@ -56,11 +68,10 @@ class Gossip:
         assert delivered.net is not None
         if delivered.rejected:  # the surviving graph's weights may change every row
             results = {p: rule.combine(p, vectors[p], delivered.kept(p), delivered.net) for p in got.inbox}
-        for p in got.inbox:
-            rule.heard(p, delivered.kept(p))
+        noted = sum((rule.events(p, delivered.kept(p)) for p in sorted(got.inbox)), Events())
         delivered.release()  # every result is a new tensor (or the receiver's own vector)
         cut = tuple(sorted((p, q) for p, (_, c) in results.items() for q in c))
-        return Mixed({p: v for p, (v, _) in results.items()}, delivered.net, delivered.events + Events(cut=cut))
+        return Mixed({p: v for p, (v, _) in results.items()}, delivered.net, delivered.events + noted + Events(cut=cut))
 
     def via_server(self, vectors: dict[int, torch.Tensor], net: RoundNetwork, round: int,
                    sizes: Sequence[float] | None = None) -> Mixed:

@@ -1,14 +1,14 @@
 """Combine rules: how a receiver makes one vector of its own and what it kept from its neighbours. A rule is one
 class: `combine` (the vector and the neighbours it cut), `suspect` (whether a result calls for checking the
-messages behind it) and `heard` (what the receiver remembers of the round)."""
+messages behind it) and `events` (what else the round record says of a receiver's combination)."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
-from p2pfl.byzantine import Robust, Scratch, aggregate
-from p2pfl.gossip.checked import finite
+from p2pfl.byzantine import Robust, Scratch, aggregate, lowered_trim
+from p2pfl.gossip.checked import Events, finite
 from p2pfl.network.schedule import RoundNetwork
 
 
@@ -37,18 +37,20 @@ class Rule:
         every robust aggregator: the sum, min/max or norm) non-finite, so only such results are."""
         return not finite(result)
 
-    def heard(self, peer: int, kept: dict[int, torch.Tensor]) -> None:
-        """What the receiver kept this round, once the rejected messages are out."""
+    def events(self, peer: int, kept: dict[int, torch.Tensor]) -> Events:
+        """What the round record says of `peer`'s combination of `kept` (the messages left once the rejected
+        ones are out) beyond what it cut: nothing here."""
+        return Events()
 
 
 class RobustRule(Rule):
-    """--aggregator with --byzantine: honest peers combine with the run's robust aggregator (p2pfl.byzantine);
-    attackers keep their own vector, check what they heard, and remember it (ALIE's next message)."""
+    """--aggregator with --byzantine: honest peers combine with the run's robust aggregator (p2pfl.byzantine)
+    and report where their neighbourhood lowered its trim; attackers keep their own vector and check what they
+    heard."""
 
-    def __init__(self, robust: Robust, memory: Callable[[int], dict], sizes: Sequence[float] | None = None,
-                 scratch: Scratch | None = None) -> None:
+    def __init__(self, robust: Robust, sizes: Sequence[float] | None = None, scratch: Scratch | None = None) -> None:
         super().__init__(sizes)
-        self.robust, self.memory, self.scratch = robust, memory, scratch or Scratch()
+        self.robust, self.scratch = robust, scratch or Scratch()
 
     def combine(self, peer: int, own: torch.Tensor, received: dict[int, torch.Tensor], net: RoundNetwork
                 ) -> tuple[torch.Tensor, list[int]]:
@@ -59,6 +61,6 @@ class RobustRule(Rule):
     def suspect(self, peer: int, result: torch.Tensor) -> bool:
         return peer in self.robust.byzantine or super().suspect(peer, result)
 
-    def heard(self, peer: int, kept: dict[int, torch.Tensor]) -> None:
-        if peer in self.robust.byzantine:
-            self.memory(peer)["heard"] = [v.clone() for v in kept.values()]
+    def events(self, peer: int, kept: dict[int, torch.Tensor]) -> Events:
+        trim = None if peer in self.robust.byzantine else lowered_trim(self.robust, len(kept))
+        return Events(lowered=((peer, trim),)) if trim is not None else Events()
