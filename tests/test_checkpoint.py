@@ -58,7 +58,9 @@ TINY = ["--peers", "3", "--rounds", "3", "--topology", "cycle", "--dataset", "sy
         "--vector-size", "50", "--no-progress", "--no-plots"]  # --batch-peers auto: batchable methods stacked
 #: Cases beyond one per method: an attacker's memory (ALIE keeps what it heard) is checkpointed with its record.
 EXTRA = {"moon-alie": ["--algorithm", "moon", "--prev-models", "2", "--byzantine", "1", "--attack", "alie"]}
-CASES = {**{name: ["--algorithm", name] for name in algorithms.names()}, **EXTRA}
+#: Dec-MAE's ViT costs most to build and score: two peers.
+SMALLER = {"dec-mae": ["--peers", "2", "--topology", "complete"]}
+CASES = {**{name: ["--algorithm", name, *SMALLER.get(name, [])] for name in algorithms.names()}, **EXTRA}
 
 
 def _stop_after(monkeypatch: pytest.MonkeyPatch, last: int) -> None:
