@@ -78,8 +78,9 @@ class RunConfig:
     plots: bool = _opt(True, "draw plots into the run folder at the end")
     checkpoint_every: int = _opt(0, "save every peer's state every N rounds into <run>/checkpoint (0: never)")
     resume: str | None = _opt(None, "continue the run in this run folder from its last checkpoint")
-    fault: str | None = _opt(None, "testing aid: 'raise@RANK:ROUND', 'silent@PEER:ROUND' or 'nan@PEER:ROUND' "
-                                   "(the peer's messages are NaN from that round on)")
+    fault: str | None = _opt(None, "testing aid: 'raise@RANK:ROUND', 'silent@PEER:ROUND', 'nan@PEER:ROUND' (the "
+                                   "peer's messages are NaN from that round on) or 'diverge@PEER:ROUND' (the peer's "
+                                   "local update of that round turns non-finite)")
     dtype: str = _opt("float32", "floating precision of training, gossip and evaluation: float32, or float64 (rounding "
                                  "stays near float64's, so runs on different CPUs agree to a tight tolerance)",
                       ("float32", "float64"))
@@ -426,8 +427,9 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.lr > 0, "lr", f"must be > 0, got {cfg.lr}")
     _validate_methods(cfg, "training")
     if cfg.fault is not None:
-        _check(re.fullmatch(r"(raise|silent|nan)@\d+:\d+", cfg.fault) is not None, "fault",
-               f"expected 'raise@RANK:ROUND', 'silent@PEER:ROUND' or 'nan@PEER:ROUND', got {cfg.fault!r}")
+        _check(re.fullmatch(r"(raise|silent|nan|diverge)@\d+:\d+", cfg.fault) is not None, "fault",
+               "expected 'raise@RANK:ROUND', 'silent@PEER:ROUND', 'nan@PEER:ROUND' or 'diverge@PEER:ROUND', "
+               f"got {cfg.fault!r}")
 
 
 def _validate_methods(cfg: RunConfig, stretch: str) -> None:

@@ -227,6 +227,11 @@ class Runner:
             self.ctx.checked.faults.silent.add(who)
         if self._fault_kind == "nan" and who in self.ctx.local_peers:
             self.ctx.checked.faults.poisoned.add(who)
+        if self._fault_kind == "diverge":  # that round only
+            diverging = self.ctx.checked.faults.diverging
+            diverging.discard(who)
+            if round == when and who in self.ctx.local_peers:
+                diverging.add(who)
 
     def _log(self, record: RoundStart | EvalRecord) -> None:
         if self.ctx.folder is not None:

@@ -246,7 +246,7 @@ def test_byol_resume_keeps_the_target_exactly(tmp_path: Path) -> None:
     for p, peer in ran.peers.items():
         buf = io.BytesIO()
         torch.save(record_state(peer), buf)
-        saved[p] = torch.load(io.BytesIO(buf.getvalue()), weights_only=False)
+        saved[p] = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
     resumed = setup_algorithm(tmp_path / "b", **opts)
     for p, peer in resumed.peers.items():
         restore_record(peer, saved[p], resumed.ctx.device)

@@ -64,6 +64,30 @@ def test_abort_ends_the_job_naming_the_peer(tmp_path: Path, capsys) -> None:
     assert "non-finite message from peer 2 to peer 1 in round 2 (--on-nonfinite abort)" in capsys.readouterr().err
 
 
+DIVERGING = ["--peers", "4", "--rounds", "3", "--topology", "cycle", "--dataset", "synthetic", "--train-subset", "240",
+             "--batch-size", "16", "--local-steps", "2", "--eval-every", "0", "--no-progress", "--no-plots",
+             "--fault", "diverge@1:1"]
+
+
+@pytest.mark.parametrize(("algorithm", "batch_peers"), [("moon", "off"), ("moon", "on"), ("scaffold", "off")])
+def test_a_rolled_back_update_leaves_nothing_in_the_method_records(tmp_path: Path, algorithm: str,
+                                                                   batch_peers: str) -> None:
+    """Peer 1's update of round 1 turns non-finite (--fault diverge@1:1) and is rolled back. What the method
+    records after local training (MOON's pool of previous models, SCAFFOLD's control variate c_i) holds only
+    accepted updates, so from round 2 on peer 1 trains normally: finite losses, never rolled back again, no
+    message of it rejected (SCAFFOLD gossips c_i)."""
+    args = [*DIVERGING, "--algorithm", algorithm, "--batch-peers", batch_peers, "--out", str(tmp_path), "--name", "d"]
+    assert main(args) == 0
+    rounds = [r for r in lines(tmp_path / "d") if r["type"] == "round" and r["round"]]
+    assert [r["rolled_back"] for r in rounds] == [[1], [], []]
+    assert math.isnan(rounds[0]["loss"]["1"])
+    assert all(math.isfinite(v) for r in rounds[1:] for v in r["loss"].values())
+    assert all(r["rejected"] == [] for r in rounds)
+    if algorithm == "moon":  # peer 1's pool holds no model of round 1: no contrastive term in round 2, as in round 1
+        assert rounds[1]["loss_con"]["1"] == 0.0 and all(rounds[1]["loss_con"][p] > 0 for p in "023")
+        assert all(v > 0 for v in rounds[2]["loss_con"].values())
+
+
 TRAIN = {"dataset": "synthetic", "train_subset": 240, "batch_size": 16, "local_steps": 3}
 
 

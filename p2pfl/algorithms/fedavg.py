@@ -189,6 +189,7 @@ class Scaffold(FedAvg):
             p.add_(d, alpha=-lr)
 
     def after_local(self, peer: ScaffoldPeer, round: int, steps: int) -> None:
+        """c_i⁺ from the accepted update's displacement (a peer rolled back as non-finite keeps its c_i)."""
         lr = self.lr_at(round)
         w = self.flat_params(peer)
         peer.c_local = peer.c_local - peer.c_mix + (peer.w_start - w) / (steps * lr)

@@ -6,7 +6,8 @@ Peer i's local loss on a batch is CE(F(x), y) + mu · ℓ_con(z, z_glob, z_prev)
   model of the server setting), snapshotted in `before_local`,
 - z_prev from the peer's own model at the end of its previous local training, kept across rounds and only
   replaced when the peer trains (under partial participation a peer that sat rounds out keeps its last
-  trained model, as the paper's w_i^{t-1} = w_i^{t-2}). `--prev-models N` keeps a FIFO pool of the last N
+  trained model, as the paper's w_i^{t-1} = w_i^{t-2}; so does a peer whose update was rolled back as
+  non-finite, since `after_local` sees only accepted updates). `--prev-models N` keeps a FIFO pool of the last N
   such models, each adding one negative (MOON's model_buffer_size).
 Both reference models run in eval mode without gradients. Before a peer's first local training there is no
 previous model and ℓ_con = 0 exactly (MOON's code, round 0). `--mu` defaults to 5 (the paper's CIFAR-10

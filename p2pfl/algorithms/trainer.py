@@ -122,7 +122,10 @@ class LocalTrainer(Algorithm):
         `batchable` method has none)."""
 
     def after_local(self, peer: Peer, round: int, steps: int) -> None:
-        """Hook after a peer's `steps` local steps in `round` (before a non-finite update is rolled back)."""
+        """Hook after a peer's `steps` local steps in `round` whose update the non-finite guard accepted (e.g.
+        record the trained model). A peer whose update is rolled back skips it, so what a method records here
+        holds only accepted updates: a roll-back needs nothing undone. State that changes during the steps
+        themselves (BYOL's target, after every optimiser step) is the method's to restore on a roll-back."""
 
     # ------------------------------------------------------------------ set-up
     def setup(self) -> None:
@@ -229,6 +232,14 @@ class LocalTrainer(Algorithm):
             out.extend(members[i:i + chunk] for i in range(0, len(members), chunk))
         return out
 
+    def diverging(self, group: list[Peer]) -> list[float] | None:
+        """--fault diverge@PEER:ROUND: a factor per member, NaN for a peer whose update this round is to turn
+        non-finite (its loss, hence its gradients), else 1; None when no member is (the common case)."""
+        diverging = self.ctx.checked.faults.diverging
+        if not any(peer.id in diverging for peer in group):
+            return None
+        return [math.nan if peer.id in diverging else 1.0 for peer in group]
+
     def train_group(self, group: list[Peer], round: int, net: RoundNetwork, out: LocalRound) -> None:
         """The local round of a group (ordered by steps, most first) into `out`: the one local loop, whatever
         runs the steps (a peer alone, or the group peer-stacked)."""
@@ -246,10 +257,13 @@ class LocalTrainer(Algorithm):
         device = self.ctx.device
         totals = torch.zeros(len(group), dtype=torch.float64, device=device)
         terms: dict[str, torch.Tensor] = {}
+        diverging = self.diverging(group)
         for s in range(max(steps)):
             n = sum(1 for k in steps if k > s)
             loss, step_terms = self.local_loss(run.batch(n))
             loss = loss.reshape(n)
+            if diverging is not None:
+                loss = loss * loss.new_tensor(diverging[:n])
             run.step(loss, n)
             totals[:n] += loss.detach().double()
             if self.step_losses is not None:
@@ -261,10 +275,11 @@ class LocalTrainer(Algorithm):
                 terms[k][:n] += v.detach().reshape(n)
         finite = run.finish()
         totals_, terms_ = totals.tolist(), {k: v.tolist() for k, v in terms.items()}
-        for i, peer in enumerate(group):
-            self.after_local(peer, round, steps[i])
+        for i, peer in enumerate(group):  # the guard first: the hook records only accepted updates
             metrics = {"loss": totals_[i] / steps[i], **{k: v[i] / steps[i] for k, v in terms_.items()}}
-            if not (math.isfinite(metrics["loss"]) and finite[i]):
+            if math.isfinite(metrics["loss"]) and finite[i]:
+                self.after_local(peer, round, steps[i])
+            else:
                 if self.cfg.on_nonfinite == "abort":
                     raise RuntimeError(f"peer {peer.id}'s update turned non-finite in round {round} "
                                        "(--on-nonfinite abort)")

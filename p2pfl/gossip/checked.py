@@ -46,10 +46,12 @@ class Events:
 @dataclass
 class Faults:
     """Fault injection from outside the transport and the codec (--fault): `silent` peers send nothing to other
-    ranks (their neighbours time out), `poisoned` peers' payloads are NaN."""
+    ranks (their neighbours time out), `poisoned` peers' payloads are NaN; the local loop reads `diverging`, the
+    peers whose local update of the current round turns non-finite (their loss is NaN)."""
 
     silent: set[int] = field(default_factory=set)
     poisoned: set[int] = field(default_factory=set)
+    diverging: set[int] = field(default_factory=set)
 
 
 @dataclass
