@@ -84,7 +84,8 @@ class RunConfig:
                                  "stays near float64's, so runs on different CPUs agree to a tight tolerance)",
                       ("float32", "float64"))
     gossip: str = _opt("average", "how a round combines with the network (SPEC §7): average (D-PSGD), "
-                                  "gradient-tracking, d2 or exact-diffusion", _owned("p2pfl.gossip.schemes", "SCHEMES"))
+                                  "gradient-tracking, d2, exact-diffusion or qgm (quasi-global momentum, μ = "
+                                  "--momentum)", _owned("p2pfl.gossip.schemes", "SCHEMES"))
     on_nonfinite: str = _opt("rollback", "a non-finite message is rejected (a failed link) and a peer whose update "
                                          "turns non-finite is rolled back to its state before the round (rollback), "
                                          "or either ends the job naming the peer (abort)", ("rollback", "abort"))
@@ -383,6 +384,10 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.gossip == "average" or (cfg.byzantine is None and cfg.aggregator == "mean" and cfg.mixing != "server"),
            "gossip", f"{cfg.gossip} mixes by the plain W-weighted mean: it does not combine with --byzantine, a robust "
            "--aggregator or --mixing server")
+    _check(cfg.gossip != "qgm" or cfg.optimizer == "sgd", "optimizer",
+           f"--gossip qgm is quasi-global momentum over plain SGD steps; use --optimizer sgd, not {cfg.optimizer}")
+    _check(cfg.gossip != "qgm" or 0 <= cfg.momentum < 1, "momentum",
+           f"qgm's μ must lie in [0, 1), got {cfg.momentum}")
     for name, allowed in _declared(cfg, "allowed").items():
         value = getattr(cfg, name)
         _check(value in allowed, name, f"{cfg.algorithm} allows only {', '.join(map(str, allowed))}, got '{value}'")

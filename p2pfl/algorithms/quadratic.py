@@ -4,7 +4,8 @@ every decentralised optimiser (--gossip, p2pfl.gossip.schemes).
 Peer i holds f_i(x) = ½‖A_i x − b_i‖², in float64 whatever --dtype says: generated as A_i = (i + 1)/√K · I_d and
 b_i ~ N(0, ζ²/(i + 1)² · I_d) from the stream (seed, i, "quadratic"), or read from --problem FILE.npz (arrays A
 [K, d, d] and b [K, d]; --dim is then the file's). Every peer starts at x₀ = 1. A round: each active peer takes
-E = --local-steps (default 1: the papers' form) plain gradient steps of size --lr from its model, each gradient
+E = --local-steps (default 1: the papers' form) plain gradient steps of size --lr from its model (no momentum:
+--momentum is qgm's μ only; --optimizer is sgd), each gradient
 A_iᵀ(A_i x − b_i) plus, with --sgd-noise σ², N(0, σ²/d · I) from its stream (seed, i, "sgd-noise"); its G is the
 gradient itself for E = 1 and (x − x_E)/η for more (SPEC §7: the local update divided by −η); then the scheme
 mixes. Every round record carries `error`, the mean over the alive peers and coordinates of (x_i − x*)², x* the
@@ -108,7 +109,8 @@ class QuadraticPeer:
 class Quadratic(Algorithm):
     name = "quadratic"
     headline = "loss"
-    defaults: ClassVar[dict[str, Any]] = {"dtype": "float64"}
+    defaults: ClassVar[dict[str, Any]] = {"dtype": "float64", "optimizer": "sgd"}
+    allowed: ClassVar[dict[str, tuple[Any, ...]]] = {"optimizer": ("sgd",)}  # plain gradient steps
     gossip_schemes: ClassVar[tuple[str, ...]] = SCHEMES
 
     def __init__(self, ctx: RunContext) -> None:
@@ -154,7 +156,8 @@ class Quadratic(Algorithm):
 
     def communicate(self, round: int, net: RoundNetwork) -> Phase:
         active = [p for p in sorted(self.peers) if p in net.active]
-        work = SchemeRound({p: self.peers[p].x for p in active}, {p: self.peers[p].g for p in active}, self.cfg.lr)
+        work = SchemeRound({p: self.peers[p].x for p in active}, {p: self.peers[p].g for p in active}, self.cfg.lr,
+                           self.cfg.momentum)
         mixed = step(self.cfg.gossip, self.ctx.gossip, work, {p: self.peers[p].scheme for p in active}, net, round)
         for p, x in mixed.vectors.items():
             self.peers[p].x = x

@@ -11,6 +11,7 @@ round's network, and returns the mixed models, every vector sent through the che
 | gradient-tracking | x − ηy and y (X⁺ = W(X − ηY); Y⁺ = WY + G⁺ − G, Y₀ = G₀) | wy (WY of the last round), g |
 | d2 | 2x − x⁻ − η(g − g⁻), the first round x − ηg | x⁻, g⁻ |
 | exact-diffusion | as d2, mixed by W̃ = (W + I)/2 | x⁻, g⁻ |
+| qgm | x − η(μm + g) (X⁺ = W X½; M⁺ = μM + (1 − μ)(X − X⁺)/η, M₀ = 0; μ = --momentum) | m |
 
 The tracker's correction G⁺ − G needs the gradient at the mixed model, so a peer keeps WY and its last gradient
 and completes Y at the start of its next round (Y = WY + G − g). Each uses the weights of the round's surviving
@@ -29,8 +30,11 @@ from p2pfl.gossip.mix import Gossip, Mixed
 from p2pfl.gossip.rules import Rule
 from p2pfl.network.schedule import RoundNetwork
 
-#: The --gossip values (p2pfl.config reads them from here).
-SCHEMES = ("average", "gradient-tracking", "d2", "exact-diffusion")
+#: The schemes the weight-mixing methods run (p2pfl.algorithms.gossip_learner) ...
+LEARNER_SCHEMES = ("average", "gradient-tracking", "d2", "exact-diffusion")
+#: ... and every --gossip value (p2pfl.config reads them from here): quasi-global momentum so far on the quadratic
+#: problem only, whose local steps are plain gradient steps (a learner's local SGD would apply --momentum twice).
+SCHEMES = (*LEARNER_SCHEMES, "qgm")
 #: D² converges only when λ_min(W) >= −1/3 (Tang et al. 2018); an even ring with Metropolis weights sits exactly at
 #: −1/3 and must run, so the bound is relaxed by the eigensolver's rounding.
 D2_LAMBDA_MIN = -1.0 / 3.0
@@ -69,6 +73,7 @@ class SchemeRound:
     x: dict[int, torch.Tensor]
     g: dict[int, torch.Tensor]
     lr: float
+    momentum: float = 0.0  # qgm's μ
 
 
 def step(scheme: str, gossip: Gossip, work: SchemeRound, state: dict[int, dict[str, torch.Tensor]],
@@ -97,8 +102,15 @@ def step(scheme: str, gossip: Gossip, work: SchemeRound, state: dict[int, dict[s
         for p in x:
             state[p]["x"], state[p]["g"] = x[p].clone(), g[p].clone()
         return mixed
+    if scheme == "qgm":
+        mu = work.momentum
+        m = {p: state[p].get("m", torch.zeros_like(x[p])) for p in x}
+        mixed = gossip.combine({p: x[p] - lr * (mu * m[p] + g[p]) for p in x}, net, round, Rule(sizes))
+        for p in x:
+            state[p]["m"] = mu * m[p] + (1 - mu) * (x[p] - mixed.vectors[p]) / lr
+        return mixed
     raise ValueError(f"--gossip: unknown scheme {scheme!r}; allowed: {', '.join(SCHEMES)}")
 
 
-__all__ = ["D2_LAMBDA_MIN", "D2_TOLERANCE", "Lazy", "SCHEMES", "SchemeRound", "check_weights",
+__all__ = ["D2_LAMBDA_MIN", "D2_TOLERANCE", "LEARNER_SCHEMES", "Lazy", "SCHEMES", "SchemeRound", "check_weights",
            "lambda_min", "step"]
