@@ -84,6 +84,9 @@ class RunConfig:
     dtype: str = _opt("float32", "floating precision of training, gossip and evaluation: float32, or float64 (rounding "
                                  "stays near float64's, so runs on different CPUs agree to a tight tolerance)",
                       ("float32", "float64"))
+    gossip: str = _opt("average", "how a round combines with the network (SPEC §7): average (D-PSGD), "
+                                  "gradient-tracking, d2, exact-diffusion or qgm (quasi-global momentum, μ = "
+                                  "--momentum)", _owned("p2pfl.gossip.schemes", "SCHEMES"))
     on_nonfinite: str = _opt("rollback", "a non-finite message is rejected (a failed link) and a peer whose update "
                                          "turns non-finite is rolled back to its state before the round (rollback), "
                                          "or either ends the job naming the peer (abort)", ("rollback", "abort"))
@@ -377,6 +380,16 @@ def validate(cfg: RunConfig) -> None:
     included."""
     for f in options():
         _check_choice(f, getattr(cfg, f.name))
+    schemes = getattr(catalogue().get(cfg.algorithm, cfg), "gossip_schemes", ("average",))
+    _check(cfg.gossip in schemes, "gossip", f"{cfg.algorithm} mixes by {', '.join(schemes)} only so far, got "
+           f"'{cfg.gossip}' (the other schemes run with --algorithm quadratic)")
+    _check(cfg.gossip == "average" or (cfg.byzantine is None and cfg.aggregator == "mean" and cfg.mixing != "server"),
+           "gossip", f"{cfg.gossip} mixes by the plain W-weighted mean: it does not combine with --byzantine, a robust "
+           "--aggregator or --mixing server")
+    _check(cfg.gossip != "qgm" or cfg.optimizer == "sgd", "optimizer",
+           f"--gossip qgm is quasi-global momentum over plain SGD steps; use --optimizer sgd, not {cfg.optimizer}")
+    _check(cfg.gossip != "qgm" or 0 <= cfg.momentum < 1, "momentum",
+           f"qgm's μ must lie in [0, 1), got {cfg.momentum}")
     for name, allowed in _declared(cfg, "allowed").items():
         value = getattr(cfg, name)
         _check(value in allowed, name, f"{cfg.algorithm} allows only {', '.join(map(str, allowed))}, got '{value}'")

@@ -60,7 +60,8 @@ class RoundRecord(RoundStart, RobustRound):
     """A finished round t >= 1; bytes count every neighbour message, times are the slowest rank's.
 
     Besides these keys, each per-peer metric the method reports (e.g. `loss`) appears as `<name>`: {peer: value}
-    over the active peers and `<name>_mean`: their mean over finite values (None when there is none).
+    over the active peers and `<name>_mean`: their mean over finite values (None when there is none), and each
+    network-level number of `Algorithm.round_metrics` as `<name>`: value (quadratic's `error`, round 0's too).
     """
 
     active: list[int]
@@ -104,9 +105,11 @@ def finite_mean(values: Iterable[float | None]) -> float | None:
     return sum(kept) / len(kept) if kept else None
 
 
-def round_start(consensus_distance: float | None) -> RoundStart:
-    """Round 0's record, written before the first round."""
-    return RoundStart(type="round", round=0, elapsed_s=0.0, consensus_distance=consensus_distance)
+def round_start(consensus_distance: float | None, extra: Mapping[str, float] | None = None) -> RoundStart:
+    """Round 0's record, written before the first round (with the method's round metrics of the start)."""
+    record = RoundStart(type="round", round=0, elapsed_s=0.0, consensus_distance=consensus_distance)
+    record.update(extra or {})  # type: ignore[typeddict-item]
+    return record
 
 
 def round_record(round: int, elapsed_s: float, active: Iterable[int], per_peer: Mapping[int, Mapping[str, float]],
@@ -114,10 +117,11 @@ def round_record(round: int, elapsed_s: float, active: Iterable[int], per_peer: 
                  time_compute_s: float, time_comm_s: float, time_wait_s: float, time_local_s: float,
                  round_s: float, network: NetworkRecord, time_schedule_s: float,
                  rejected: Iterable[tuple[int, int]] = (), rolled_back: Iterable[int] = (),
-                 cut: Iterable[tuple[int, int]] = (), trim_lowered: Iterable[tuple[int, int]] | None = None
-                 ) -> RoundRecord:
+                 cut: Iterable[tuple[int, int]] = (), trim_lowered: Iterable[tuple[int, int]] | None = None,
+                 extra: Mapping[str, float] | None = None) -> RoundRecord:
     """The record of round `round` from the peers' metrics (sorted by peer) and bytes sent/received per peer
-    (`trim_lowered` only for robust runs, None otherwise)."""
+    (`trim_lowered` only for robust runs, None otherwise), and the method's network-level round metrics
+    (`extra`, p2pfl.rounds.Algorithm.round_metrics)."""
     record: dict[str, Any] = {"type": "round", "round": round, "elapsed_s": elapsed_s, "active": sorted(active),
                               "network": network}
     for key in sorted({k for m in per_peer.values() for k in m}):
@@ -131,6 +135,7 @@ def round_record(round: int, elapsed_s: float, active: Iterable[int], per_peer: 
                   rolled_back=list(rolled_back), cut=[list(pair) for pair in cut])
     if trim_lowered is not None:
         record["trim_lowered"] = [list(pair) for pair in trim_lowered]
+    record.update(extra or {})
     return record  # type: ignore[return-value]
 
 

@@ -112,6 +112,8 @@ class Algorithm:
     defaults: ClassVar[dict[str, Any]] = {}
     #: Options it restricts: option -> the only values it accepts (anything else is a ConfigError).
     allowed: ClassVar[dict[str, tuple[Any, ...]]] = {}
+    #: The --gossip schemes it runs (p2pfl.gossip.schemes); any other is refused before training.
+    gossip_schemes: ClassVar[tuple[str, ...]] = ("average",)
 
     @classmethod
     def runs(cls, cfg: RunConfig) -> type[Algorithm]:
@@ -168,6 +170,11 @@ class Algorithm:
     def consensus_vectors(self) -> dict[int, torch.Tensor] | None:
         """The local peers' mixed vectors for the consensus distance (None: not applicable); the runner keeps
         those of alive peers."""
+        return None
+
+    def round_metrics(self, round: int, net: RoundNetwork) -> dict[str, float] | None:
+        """Network-level numbers for every round record, round 0's (the start) included (collective; rank 0's
+        value is recorded; None: none, the default)."""
         return None
 
     def evaluate(self, round: int, final: bool, net: RoundNetwork
@@ -242,8 +249,9 @@ class Runner:
         cfg, world = self.cfg, self.world
         progress = Progress(cfg.rounds, cfg.progress and world.is_root, f"{cfg.algorithm}/{cfg.topology}")
         cd0 = self._consensus()
+        start = self.algo.round_metrics(0, self.net) if self.first_round == 1 else None
         if world.is_root and self.first_round == 1:
-            self._log(round_start(cd0))
+            self._log(round_start(cd0, start))
         progress.skip(self.first_round - 1)
         signals = StopSignals().install()
         try:
@@ -346,6 +354,7 @@ class Runner:
         events = rejoined.events + communicated.events
         t2 = time.perf_counter()
         cd = self._consensus()
+        measured = self.algo.round_metrics(t, net)
         comm = stats.time_comm_s - comm0
         wait = stats.time_wait_s - wait0
         part = {
@@ -375,7 +384,8 @@ class Runner:
             rejected=rejected,
             rolled_back=sorted(q for p in parts for q in p["rolled_back"]),
             cut=sorted(pair for p in parts for pair in p["cut"]),
-            trim_lowered=sorted(pair for p in parts for pair in p["trim_lowered"]) if ctx.robust.active else None)
+            trim_lowered=sorted(pair for p in parts for pair in p["trim_lowered"]) if ctx.robust.active else None,
+            extra=measured)
         self._log(record)
         self._warn_nonfinite(t, record)
         return record

@@ -16,6 +16,7 @@ from p2pfl.comm.transport import Transport
 from p2pfl.comm.world import World
 from p2pfl.config import ResolvedRun, RunConfig, parse_args, resolve, to_yaml
 from p2pfl.gossip import CheckedExchange, Gossip
+from p2pfl.gossip.schemes import check_weights
 from p2pfl.network import NetworkSchedule
 from p2pfl.records import Host, Seeds
 from p2pfl.rounds import Algorithm, RunContext, Runner
@@ -82,6 +83,8 @@ def build_network(cfg: RunConfig) -> tuple[nx.Graph, NetworkSchedule, dict]:
     if lonely:
         option = f"--crash {cfg.crash}" if cfg.crash else f"--topology {cfg.topology}"
         raise ValueError(f"{option}: peer(s) {lonely} would have no neighbour up in any round")
+    if cfg.gossip == "d2":  # every round's W (a static network's is one array: checked once)
+        check_weights(cfg.gossip, [schedule.static_weights, *(schedule.at(t).W for t in range(1, cfg.rounds + 1))])
     return graph, schedule, topologies.describe(*shown_weights(schedule, cfg.rounds))
 
 

@@ -14,6 +14,7 @@ _REGISTRY = {
     "local": "p2pfl.algorithms.supervised:Local",
     "fedmuscle": "p2pfl.fedmuscle.algorithm:FedMuscle",
     "consensus": "p2pfl.algorithms.consensus:Consensus",
+    "quadratic": "p2pfl.algorithms.quadratic:Quadratic",
     "moon": "p2pfl.algorithms.moon:Moon",
     "fedavg": "p2pfl.algorithms.fedavg:FedAvg",
     "fedprox": "p2pfl.algorithms.fedavg:FedProx",

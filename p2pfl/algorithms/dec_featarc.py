@@ -97,6 +97,7 @@ class DecFeatARC(DecSSL):
     peers: dict[int, FeatARCPeer]
     defaults = {**DecSSL.defaults, "rejoin": "stale"}
     allowed = {"rejoin": ("stale",), "byzantine": (None,)}
+    gossip_schemes = ("average",)  # it mixes per cluster (mix_clusters), not by W
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

@@ -92,6 +92,7 @@ class Solo(FedAvg):
 
     name = "solo"
     communicates = False
+    gossip_schemes = ("average",)
 
 
 @dataclass(eq=False)
@@ -156,6 +157,7 @@ class Scaffold(FedAvg):
     name = "scaffold"
     record: ClassVar[type[Peer]] = ScaffoldPeer
     batchable = False  # its correction runs after every optimiser step of each peer
+    gossip_schemes = ("average",)  # its second message (the control variates) is its own scheme
     allowed = {"optimizer": ("sgd",)}  # the correction w -= lr·(c − c_i) is a plain SGD step (docstring above)
 
     def init_peer(self, peer: ScaffoldPeer) -> None:

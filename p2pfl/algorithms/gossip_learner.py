@@ -8,7 +8,7 @@ evaluation and the weight drift.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -20,10 +20,11 @@ from p2pfl.data import ImageDataset, PeerData, SimCLRAugment, simclr_crop_scale
 from p2pfl.data.workload import Workload, load_workload
 from p2pfl.evaluation import weight_drift
 from p2pfl.gossip import exact_mean
+from p2pfl.gossip.schemes import LEARNER_SCHEMES, SchemeRound, step
 from p2pfl.models import MixableState, init_model
 from p2pfl.models.stacked import PeerStack
 from p2pfl.network import RoundNetwork
-from p2pfl.rounds import Phase, RunContext
+from p2pfl.rounds import LocalRound, Phase, RunContext
 from p2pfl.seeding import SHARED, torch_generator
 
 #: Metrics of an encoder's representation (scoring.representation_scores): each is also reported for the
@@ -33,11 +34,15 @@ REPRESENTATION_METRICS = ("probe_acc", "knn_acc")
 
 @dataclass(eq=False)
 class GossipPeer(Peer):
-    """A peer whose model is mixed: views of its mixable and full state, and the message buffer."""
+    """A peer whose model is mixed: views of its mixable and full state, and the message buffer; the state its
+    --gossip scheme keeps across rounds (p2pfl.gossip.schemes: trackers, last model and G; checkpointed) and,
+    inside a round, the mixable state its local update started from."""
 
     mixable: MixableState = derived()
     full: MixableState = derived()
     buffer: torch.Tensor = derived()
+    scheme: dict[str, torch.Tensor] = field(default_factory=dict)
+    start: torch.Tensor = derived()
 
 
 class GossipLearner(LocalTrainer):
@@ -45,6 +50,7 @@ class GossipLearner(LocalTrainer):
 
     record: ClassVar[type[Peer]] = GossipPeer
     peers: dict[int, GossipPeer]
+    gossip_schemes: ClassVar[tuple[str, ...]] = LEARNER_SCHEMES
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
@@ -141,10 +147,34 @@ class GossipLearner(LocalTrainer):
         """The mixable state of the local active peers, flattened into their message buffers."""
         return {p: peer.mixable.flatten(peer.buffer) for p, peer in self.peers.items() if p in net.active}
 
+    def local_updates(self, peers: list[int], round: int, net: RoundNetwork) -> LocalRound:
+        """The local rounds; under a --gossip scheme other than average, each peer's mixable state before it
+        first (the X its G is measured from)."""
+        if self.communicates and self.cfg.gossip != "average":
+            for p in peers:
+                peer = self.peers[p]
+                peer.start = peer.mixable.flatten()
+        return super().local_updates(peers, round, net)
+
     def communicate(self, round: int, net: RoundNetwork) -> Phase | None:
         if not self.communicates:
             return None
+        if self.cfg.gossip != "average":
+            return self.communicate_scheme(round, net)
         mixed = self.ctx.gossip.mix(self.active_vectors(net), net, round, self.mix_sizes(), self.attack_memory)
+        for p, vec in mixed.vectors.items():
+            self.peers[p].mixable.unflatten_(vec)
+        return Phase(events=mixed.events)
+
+    def communicate_scheme(self, round: int, net: RoundNetwork) -> Phase:
+        """The round of the --gossip scheme (SPEC §7) on the mixable state: G = (x − x_E)/η, x the state before
+        the local update, x_E after it, η the round's learning rate."""
+        lr = self.lr_at(round)
+        after = self.active_vectors(net)
+        start = {p: self.peers[p].start for p in after}
+        work = SchemeRound(start, {p: (start[p] - v) / lr for p, v in after.items()}, lr)
+        mixed = step(self.cfg.gossip, self.ctx.gossip, work, {p: self.peers[p].scheme for p in after}, net, round,
+                     self.mix_sizes())
         for p, vec in mixed.vectors.items():
             self.peers[p].mixable.unflatten_(vec)
         return Phase(events=mixed.events)

@@ -70,6 +70,7 @@ class Local(DecSL):
 
     name = "local"
     communicates = False
+    gossip_schemes = ("average",)
 
     @classmethod
     def runs(cls, cfg: RunConfig) -> type[Algorithm]:

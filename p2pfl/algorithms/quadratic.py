@@ -1,0 +1,189 @@
+"""The quadratic test problem of SPEC §7 (Koloskova et al. 2020; Vogels et al. 2021): the fast, exact test bed of
+every decentralised optimiser (--gossip, p2pfl.gossip.schemes).
+
+Peer i holds f_i(x) = ½‖A_i x − b_i‖², in float64 whatever --dtype says: generated as A_i = (i + 1)/√K · I_d and
+b_i ~ N(0, ζ²/(i + 1)² · I_d) from the stream (seed, i, "quadratic"), or read from --problem FILE.npz (arrays A
+[K, d, d] and b [K, d]; --dim is then the file's). Every peer starts at x₀ = 1. A round: each active peer takes
+E = --local-steps (default 1: the papers' form) plain gradient steps of size --lr from its model (no momentum:
+--momentum is qgm's μ only; --optimizer is sgd), each gradient
+A_iᵀ(A_i x − b_i) plus, with --sgd-noise σ², N(0, σ²/d · I) from its stream (seed, i, "sgd-noise"); its G is the
+gradient itself for E = 1 and (x − x_E)/η for more (SPEC §7: the local update divided by −η); then the scheme
+mixes. Every round record carries `error`, the mean over the alive peers and coordinates of (x_i − x*)², x* the
+minimiser of Σ_i f_i (least squares over the stacked A_i, b_i); round 0 holds the start's. There is nothing to
+catch up on: a peer back from sitting out goes on from the model it kept (--rejoin is ignored, as consensus does).
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from p2pfl.algorithms.peer import derived
+from p2pfl.gossip.schemes import SCHEMES, SchemeRound, step
+from p2pfl.network import RoundNetwork
+from p2pfl.options import Check, method_options, opt
+from p2pfl.rounds import Algorithm, LocalRound, Phase, RunContext
+from p2pfl.runtime.checkpoint import CHECKPOINT
+from p2pfl.seeding import numpy_rng, torch_generator
+
+F64 = torch.float64
+
+
+@method_options("quadratic")
+class QuadraticOptions:
+    """The quadratic test problem (SPEC §7)."""
+
+    validated_after: ClassVar[str] = "run"
+
+    dim: int = opt(10, "dimension d of the quadratic problem (--algorithm quadratic)", section="quadratic")
+    zeta2: float = opt(1.0, "heterogeneity ζ² of the quadratic problem: b_i ~ N(0, ζ²/(i+1)² I)", section="quadratic",
+                       paper="Koloskova et al. 2020 / Vogels et al. 2021's generator")
+    sgd_noise: float = opt(0.0, "variance σ² of the gradient noise N(0, σ²/d I) of the quadratic problem",
+                           section="quadratic")
+    problem: str | None = opt(None, "the quadratic problem from FILE.npz: arrays A [K, d, d] and b [K, d]",
+                              section="quadratic")
+
+    def validate(self, check: Check) -> None:
+        check(self.dim >= 1, "dim", f"must be >= 1, got {self.dim}")
+        check(self.zeta2 >= 0, "zeta2", f"must be >= 0, got {self.zeta2}")
+        check(self.sgd_noise >= 0, "sgd_noise", f"must be >= 0, got {self.sgd_noise}")
+        check(self.problem is None or os.path.isfile(self.problem), "problem", f"file not found: {self.problem}")
+
+
+def read_problem(path: str, n_peers: int) -> tuple[np.ndarray, np.ndarray]:
+    """A [K, d, d] and b [K, d] from an .npz file; a ValueError of one line naming --problem otherwise."""
+    def fail(why: str) -> ValueError:
+        return ValueError(f"--problem {path}: {why}")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: np.asarray(data[k]) for k in ("A", "b") if k in data.files}
+    except (OSError, ValueError, EOFError) as exc:
+        raise fail(f"not a readable .npz file ({type(exc).__name__})") from None
+    if set(arrays) != {"A", "b"}:
+        raise fail(f"needs arrays 'A' and 'b', found {sorted(arrays) or 'neither'}")
+    A, b = arrays["A"], arrays["b"]
+    d = b.shape[-1] if b.ndim == 2 else None
+    if A.ndim != 3 or b.ndim != 2 or A.shape[0] != n_peers or b.shape[0] != n_peers or A.shape[1:] != (d, d):
+        raise fail(f"A must have shape [K, d, d] and b [K, d] with K = {n_peers} peers; got A {list(A.shape)}, "
+                   f"b {list(b.shape)}")
+    if not (np.issubdtype(A.dtype, np.number) and np.issubdtype(b.dtype, np.number)):
+        raise fail(f"A and b must be numeric, got {A.dtype} and {b.dtype}")
+    A, b = A.astype(np.float64), b.astype(np.float64)
+    if not (np.isfinite(A).all() and np.isfinite(b).all()):
+        raise fail("A and b must be finite")
+    return A, b
+
+
+def generated_problem(seed: int, n_peers: int, dim: int, zeta2: float) -> tuple[np.ndarray, np.ndarray]:
+    """SPEC §7's A_i = (i + 1)/√K · I_d, b_i ~ N(0, ζ²/(i + 1)² I_d) from the stream (seed, i, "quadratic")."""
+    A = np.stack([(i + 1) / math.sqrt(n_peers) * np.eye(dim) for i in range(n_peers)])
+    b = np.stack([numpy_rng(seed, i, "quadratic").standard_normal(dim) * math.sqrt(zeta2) / (i + 1)
+                  for i in range(n_peers)])
+    return A, b
+
+
+def optimum(A: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """x* = argmin Σ_i ½‖A_i x − b_i‖²: least squares over the stacked A_i and b_i."""
+    return np.linalg.lstsq(A.reshape(-1, A.shape[-1]), b.reshape(-1), rcond=None)[0]
+
+
+@dataclass(eq=False)
+class QuadraticPeer:
+    """A peer of the quadratic problem: its model, its noise stream and its scheme's state (trackers, last model
+    and gradient: p2pfl.gossip.schemes), all checkpointed; its A_i, b_i and the round's G are rebuilt."""
+
+    id: int = field(metadata={CHECKPOINT: False})
+    x: torch.Tensor
+    noise: torch.Generator
+    scheme: dict[str, torch.Tensor] = field(default_factory=dict)
+    A: torch.Tensor = derived()
+    b: torch.Tensor = derived()
+    g: torch.Tensor = derived()
+    attack_memory: dict[str, Any] = field(default_factory=dict, kw_only=True)
+
+
+class Quadratic(Algorithm):
+    name = "quadratic"
+    headline = "loss"
+    defaults: ClassVar[dict[str, Any]] = {"dtype": "float64", "optimizer": "sgd"}
+    allowed: ClassVar[dict[str, tuple[Any, ...]]] = {"optimizer": ("sgd",)}  # plain gradient steps
+    gossip_schemes: ClassVar[tuple[str, ...]] = SCHEMES
+
+    def __init__(self, ctx: RunContext) -> None:
+        super().__init__(ctx)
+        self.peers: dict[int, QuadraticPeer] = {}
+        self.x_star: torch.Tensor | None = None
+
+    def setup(self) -> None:
+        cfg, n = self.cfg, self.ctx.n_peers
+        A, b = (read_problem(cfg.problem, n) if cfg.problem is not None
+                else generated_problem(cfg.seed, n, cfg.dim, cfg.zeta2))
+        self.x_star = torch.from_numpy(optimum(A, b)).to(self.ctx.device)
+        for p in self.ctx.local_peers:
+            self.peers[p] = QuadraticPeer(
+                id=p, x=torch.ones(A.shape[-1], dtype=F64, device=self.ctx.device),
+                noise=torch_generator(cfg.seed, p, "sgd-noise", self.ctx.device),
+                A=torch.from_numpy(A[p]).to(self.ctx.device), b=torch.from_numpy(b[p]).to(self.ctx.device))
+        self.ctx.record_manifest(quadratic={"dim": int(A.shape[-1]), "source": cfg.problem or "generated",
+                                            "x_star_norm": float(np.linalg.norm(self.x_star.cpu().numpy()))})
+
+    def gradient(self, peer: QuadraticPeer, x: torch.Tensor) -> torch.Tensor:
+        """A_iᵀ(A_i x − b_i), plus the --sgd-noise draw from the peer's stream."""
+        g = peer.A.T @ (peer.A @ x - peer.b)
+        if self.cfg.sgd_noise > 0:
+            d = x.numel()
+            g += torch.randn(d, generator=peer.noise, dtype=F64, device=x.device) * math.sqrt(self.cfg.sgd_noise / d)
+        return g
+
+    def local_updates(self, peers: list[int], round: int, net: RoundNetwork) -> LocalRound:
+        lr, steps = self.cfg.lr, self.cfg.local_steps or 1
+        metrics = {}
+        for p in peers:
+            peer = self.peers[p]
+            metrics[p] = {"loss": float(0.5 * (peer.A @ peer.x - peer.b).pow(2).sum())}
+            if steps == 1:
+                peer.g = self.gradient(peer, peer.x)
+                continue
+            x = peer.x.clone()
+            for _ in range(steps):
+                x -= lr * self.gradient(peer, x)
+            peer.g = (peer.x - x) / lr
+        return LocalRound(metrics)
+
+    def communicate(self, round: int, net: RoundNetwork) -> Phase:
+        active = [p for p in sorted(self.peers) if p in net.active]
+        work = SchemeRound({p: self.peers[p].x for p in active}, {p: self.peers[p].g for p in active}, self.cfg.lr,
+                           self.cfg.momentum)
+        mixed = step(self.cfg.gossip, self.ctx.gossip, work, {p: self.peers[p].scheme for p in active}, net, round)
+        for p, x in mixed.vectors.items():
+            self.peers[p].x = x
+        return Phase(events=mixed.events)
+
+    def consensus_vectors(self) -> dict[int, torch.Tensor]:
+        return {p: peer.x for p, peer in self.peers.items()}
+
+    def errors(self, net: RoundNetwork) -> dict[int, float]:
+        """Each local alive peer's Σ_coordinates (x_i − x*)²."""
+        return {p: float((self.peers[p].x - self.x_star).pow(2).sum()) for p in self.alive_peers(net)}
+
+    def round_metrics(self, round: int, net: RoundNetwork) -> dict[str, float] | None:
+        """`error`: the mean over the alive peers and coordinates of (x_i − x*)², summed in peer order on rank 0
+        (the same on any number of ranks)."""
+        parts = self.ctx.world.gather(self.errors(net))
+        if parts is None:
+            return None
+        merged = {p: v for part in parts for p, v in part.items()}
+        total = 0.0
+        for p in sorted(merged):
+            total += merged[p]
+        return {"error": total / (len(merged) * self.x_star.numel())}
+
+    def evaluate(self, round: int, final: bool, net: RoundNetwork
+                 ) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
+        d = self.x_star.numel()
+        per_peer = {p: {"error": e / d} for p, e in self.errors(net).items()}
+        return self.round_metrics(round, net) or {}, per_peer
