@@ -85,8 +85,8 @@ class RunConfig:
                                  "stays near float64's, so runs on different CPUs agree to a tight tolerance)",
                       ("float32", "float64"))
     gossip: str = _opt("average", "how a round combines with the network (SPEC §7): average (D-PSGD), "
-                                  "gradient-tracking, d2, exact-diffusion or qgm (quasi-global momentum, μ = "
-                                  "--momentum)", _owned("p2pfl.gossip.schemes", "SCHEMES"))
+                                  "gradient-tracking, d2, exact-diffusion, qgm (quasi-global momentum, μ = "
+                                  "--momentum) or push-sum", _owned("p2pfl.gossip.schemes", "SCHEMES"))
     on_nonfinite: str = _opt("rollback", "a non-finite message is rejected (a failed link) and a peer whose update "
                                          "turns non-finite is rolled back to its state before the round (rollback), "
                                          "or either ends the job naming the peer (abort)", ("rollback", "abort"))

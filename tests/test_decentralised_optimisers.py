@@ -12,7 +12,7 @@ import pytest
 
 from conftest import run_job
 
-SCHEMES = ("average", "gradient-tracking", "d2", "exact-diffusion", "qgm")
+SCHEMES = ("average", "gradient-tracking", "d2", "exact-diffusion", "qgm", "push-sum")
 K, D, LR, SEED, MU = 8, 5, 0.05, 0, 0.9
 #: Rounds after which the exact schemes must be below 1e-20 on the ring of 8 at LR (measured: GT 2e-27, D² 2e-26,
 #: exact diffusion 5e-29; the floor of float64 is near 1e-30).
@@ -83,12 +83,19 @@ def _dense(scheme: str, weights, a: np.ndarray, b: np.ndarray, rounds: int, loca
 
     xs = _x_star(a, b)
     X = np.ones((n, D))
+    w = np.ones((n, 1))  # push-sum's weights; its models are Z = X / w
     errors = [np.mean((X - xs) ** 2)]
     Y = G(X)
     M = np.zeros_like(X)
     X_prev = G_prev = None
     for t in range(1, rounds + 1):
         W = weights(t)
+        if scheme == "push-sum":
+            S = (W > 0).astype(float)  # i hears from j, or i = j
+            P = S / S.sum(axis=0, keepdims=True)  # column j: j's mass split over itself and its out-links
+            X, w = P @ (X - LR * G(X / w)), P @ w
+            errors.append(np.mean((X / w - xs) ** 2))
+            continue
         g = G(X)
         if scheme == "average":
             X_new = W @ (X - LR * g)
@@ -196,6 +203,27 @@ def test_gradient_tracking_sends_two_vectors(ring_runs, runs_dir: Path) -> None:
             for s in ("average", "gradient-tracking", "d2")}
     assert sent["average"] == K * 2 * D * 8  # each peer sends d float64 to each of its 2 neighbours
     assert sent["gradient-tracking"] == 2 * sent["average"] and sent["d2"] == sent["average"]
+
+
+def test_push_sum_keeps_the_masses_through_link_failures(runs_dir: Path) -> None:
+    """The one-peer exponential graph (one-way links), links failing with probability 0.3: push-sum's trace equals
+    the dense column-stochastic implementation, Σ_i w_i stays K every round, and with the gradient steps made
+    negligible (η = 1e-300) Σ_i x_i stays K·d: both transported exactly, to rounding."""
+    from p2pfl.config import make_config, resolve
+    from p2pfl.network import NetworkSchedule
+    from p2pfl.run import support_graph
+    options = ["--topology", "one-peer-exponential", "--gossip", "push-sum", "--link-failure", "0.3"]
+    run = _records(_job(runs_dir, "ps", *options, rounds=60))
+    cfg = resolve(make_config(algorithm="quadratic", peers=K, topology="one-peer-exponential", link_failure=0.3,
+                              seed=SEED, rounds=60), 1).cfg
+    schedule = NetworkSchedule.from_config(cfg, support_graph(cfg, K))
+    assert any(schedule.at(t).links < K for t in range(1, 61))  # links did fail
+    a, b = _problem(1.0)
+    _same_trace(np.array([r["error"] for r in run]), _dense("push-sum", lambda t: schedule.at(t).W, a, b, 60))
+    assert all(abs(r["weight_sum"] - K) < 1e-12 for r in run)
+    frozen = _records(_job(runs_dir, "frozen", *options, "--lr", "1e-300", rounds=60))
+    assert all(abs(r["weight_sum"] - K) < 1e-12 and abs(r["numerator_sum"] - K * D) < 1e-11 for r in frozen)
+    assert np.ptp([r["error"] for r in frozen]) < 1e-12  # the models z = x/w do not move either
 
 
 # ------------------------------------------------------------------ (c) D²'s condition on λ_min

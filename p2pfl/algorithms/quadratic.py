@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from p2pfl.algorithms.peer import derived
-from p2pfl.gossip.schemes import SCHEMES, SchemeRound, step
+from p2pfl.gossip.schemes import SCHEMES, SchemeRound, model, step
 from p2pfl.network import RoundNetwork
 from p2pfl.options import Check, method_options, opt
 from p2pfl.rounds import Algorithm, LocalRound, Phase, RunContext
@@ -91,6 +91,14 @@ def optimum(A: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.linalg.lstsq(A.reshape(-1, A.shape[-1]), b.reshape(-1), rcond=None)[0]
 
 
+def _ordered_sum(values: dict[int, float]) -> float:
+    """Σ in ascending peer order: the same float whichever ranks held the peers."""
+    total = 0.0
+    for p in sorted(values):
+        total += values[p]
+    return total
+
+
 @dataclass(eq=False)
 class QuadraticPeer:
     """A peer of the quadratic problem: its model, its noise stream and its scheme's state (trackers, last model
@@ -144,14 +152,15 @@ class Quadratic(Algorithm):
         metrics = {}
         for p in peers:
             peer = self.peers[p]
-            metrics[p] = {"loss": float(0.5 * (peer.A @ peer.x - peer.b).pow(2).sum())}
+            z = model(peer.x, peer.scheme)
+            metrics[p] = {"loss": float(0.5 * (peer.A @ z - peer.b).pow(2).sum())}
             if steps == 1:
-                peer.g = self.gradient(peer, peer.x)
+                peer.g = self.gradient(peer, z)
                 continue
-            x = peer.x.clone()
+            x = z.clone()
             for _ in range(steps):
                 x -= lr * self.gradient(peer, x)
-            peer.g = (peer.x - x) / lr
+            peer.g = (z - x) / lr
         return LocalRound(metrics)
 
     def communicate(self, round: int, net: RoundNetwork) -> Phase:
@@ -164,23 +173,30 @@ class Quadratic(Algorithm):
         return Phase(events=mixed.events)
 
     def consensus_vectors(self) -> dict[int, torch.Tensor]:
-        return {p: peer.x for p, peer in self.peers.items()}
+        return {p: model(peer.x, peer.scheme) for p, peer in self.peers.items()}
 
     def errors(self, net: RoundNetwork) -> dict[int, float]:
-        """Each local alive peer's Σ_coordinates (x_i − x*)²."""
-        return {p: float((self.peers[p].x - self.x_star).pow(2).sum()) for p in self.alive_peers(net)}
+        """Each local alive peer's Σ_coordinates (x_i − x*)² (x_i its model: push-sum's x/w)."""
+        return {p: float((model(self.peers[p].x, self.peers[p].scheme) - self.x_star).pow(2).sum())
+                for p in self.alive_peers(net)}
 
     def round_metrics(self, round: int, net: RoundNetwork) -> dict[str, float] | None:
         """`error`: the mean over the alive peers and coordinates of (x_i − x*)², summed in peer order on rank 0
-        (the same on any number of ranks)."""
-        parts = self.ctx.world.gather(self.errors(net))
+        (the same on any number of ranks); under push-sum also the masses it keeps, over all K peers (crashed ones'
+        as they were): `weight_sum` Σ_i w_i and `numerator_sum` Σ_i Σ_coordinates x_i."""
+        push = self.cfg.gossip == "push-sum"
+        mass = {p: (float(peer.scheme["w"]) if "w" in peer.scheme else 1.0, float(peer.x.sum()))
+                for p, peer in self.peers.items()} if push else {}
+        parts = self.ctx.world.gather((self.errors(net), mass))
         if parts is None:
             return None
-        merged = {p: v for part in parts for p, v in part.items()}
-        total = 0.0
-        for p in sorted(merged):
-            total += merged[p]
-        return {"error": total / (len(merged) * self.x_star.numel())}
+        errors = {p: v for part, _ in parts for p, v in part.items()}
+        out = {"error": _ordered_sum(errors) / (len(errors) * self.x_star.numel())}
+        if push:
+            masses = {p: v for _, part in parts for p, v in part.items()}
+            out["weight_sum"] = _ordered_sum({p: w for p, (w, _) in masses.items()})
+            out["numerator_sum"] = _ordered_sum({p: x for p, (_, x) in masses.items()})
+        return out
 
     def evaluate(self, round: int, final: bool, net: RoundNetwork
                  ) -> tuple[dict[str, float], dict[int, dict[str, float]]]:

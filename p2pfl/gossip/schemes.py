@@ -12,6 +12,13 @@ round's network, and returns the mixed models, every vector sent through the che
 | d2 | 2x − x⁻ − η(g − g⁻), the first round x − ηg | x⁻, g⁻ |
 | exact-diffusion | as d2, mixed by W̃ = (W + I)/2 | x⁻, g⁻ |
 | qgm | x − η(μm + g) (X⁺ = W X½; M⁺ = μM + (1 − μ)(X − X⁺)/η, M₀ = 0; μ = --momentum) | m |
+| push-sum | [x − ηg, w]/(1 + out-degree) (X⁺ = P(X − ηG), w⁺ = Pw, w₀ = 1) | w |
+
+Push-sum's x is the numerator; the model the peer trains and is measured by is z = x/w (`model`), and its G the
+gradient at z. P is column-stochastic: a sender splits its mass evenly over itself and the out-links the round's
+network carries (one-way links, failures, churn: the receivers it reaches), and a receiver adds what reaches it to
+the share it kept, so Σ_i x_i and Σ_i w_i are transported exactly (x and w travel in one message of d + 1 values:
+a link fails for both or neither). A message rejected after it was sent loses its mass.
 
 The tracker's correction G⁺ − G needs the gradient at the mixed model, so a peer keeps WY and its last gradient
 and completes Y at the start of its next round (Y = WY + G − g). Each uses the weights of the round's surviving
@@ -32,9 +39,10 @@ from p2pfl.network.schedule import RoundNetwork
 
 #: The schemes the weight-mixing methods run (p2pfl.algorithms.gossip_learner) ...
 LEARNER_SCHEMES = ("average", "gradient-tracking", "d2", "exact-diffusion")
-#: ... and every --gossip value (p2pfl.config reads them from here): quasi-global momentum so far on the quadratic
-#: problem only, whose local steps are plain gradient steps (a learner's local SGD would apply --momentum twice).
-SCHEMES = (*LEARNER_SCHEMES, "qgm")
+#: ... and every --gossip value (p2pfl.config reads them from here): quasi-global momentum and push-sum so far on
+#: the quadratic problem only (its local steps are plain gradient steps, where a learner's local SGD would apply
+#: --momentum twice; a learner would train, evaluate and checkpoint z = x/w).
+SCHEMES = (*LEARNER_SCHEMES, "qgm", "push-sum")
 #: D² converges only when λ_min(W) >= −1/3 (Tang et al. 2018); an even ring with Metropolis weights sits exactly at
 #: −1/3 and must run, so the bound is relaxed by the eigensolver's rounding.
 D2_LAMBDA_MIN = -1.0 / 3.0
@@ -48,6 +56,23 @@ class Lazy(Rule):
                 ) -> tuple[torch.Tensor, list[int]]:
         mixed, _ = super().combine(peer, own, received, net)
         return mixed.add_(own).mul_(0.5), []
+
+
+class PushSum(Rule):
+    """Column-stochastic mixing: the share a peer kept plus every (pre-split) message that reached it, in ascending
+    sender order (the same sum whichever ranks the peers sit on)."""
+
+    def combine(self, peer: int, own: torch.Tensor, received: dict[int, torch.Tensor], net: RoundNetwork
+                ) -> tuple[torch.Tensor, list[int]]:
+        acc = own.clone()
+        for j in sorted(received):
+            acc.add_(received[j])
+        return acc, []
+
+
+def model(x: torch.Tensor, state: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The model a peer holds: x, or push-sum's de-biased z = x/w."""
+    return x / state["w"] if "w" in state else x
 
 
 def lambda_min(W: np.ndarray) -> float:
@@ -109,8 +134,18 @@ def step(scheme: str, gossip: Gossip, work: SchemeRound, state: dict[int, dict[s
         for p in x:
             state[p]["m"] = mu * m[p] + (1 - mu) * (x[p] - mixed.vectors[p]) / lr
         return mixed
+    if scheme == "push-sum":
+        out = net.adjacency.sum(axis=0)  # A[i, j]: i hears from j, so column j counts j's surviving out-links
+        sent = {}
+        for p in x:
+            w = state[p].get("w", torch.ones(1, dtype=x[p].dtype, device=x[p].device))
+            sent[p] = torch.cat([x[p] - lr * g[p], w]) / (1 + int(out[p]))
+        mixed = gossip.combine(sent, net, round, PushSum())
+        for p in x:
+            state[p]["w"] = mixed.vectors[p][-1:].clone()
+        return Mixed({p: v[:-1].clone() for p, v in mixed.vectors.items()}, mixed.net, mixed.events)
     raise ValueError(f"--gossip: unknown scheme {scheme!r}; allowed: {', '.join(SCHEMES)}")
 
 
-__all__ = ["D2_LAMBDA_MIN", "D2_TOLERANCE", "LEARNER_SCHEMES", "Lazy", "SCHEMES", "SchemeRound", "check_weights",
-           "lambda_min", "step"]
+__all__ = ["D2_LAMBDA_MIN", "D2_TOLERANCE", "LEARNER_SCHEMES", "Lazy", "PushSum", "SCHEMES", "SchemeRound",
+           "check_weights", "lambda_min", "model", "step"]
