@@ -12,8 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from conftest import run_job
 from p2pfl.heterogeneity import gradient
+
+from conftest import run_job
 
 K, D, LR, ROUNDS = 4, 3, 0.1, 6
 
