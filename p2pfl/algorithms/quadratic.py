@@ -23,7 +23,9 @@ import numpy as np
 import torch
 
 from p2pfl.algorithms.peer import derived
+from p2pfl.gossip import exact_mean
 from p2pfl.gossip.schemes import SCHEMES, SchemeRound, model, step
+from p2pfl.heterogeneity import zeta2
 from p2pfl.network import RoundNetwork
 from p2pfl.options import Check, method_options, opt
 from p2pfl.rounds import Algorithm, LocalRound, Phase, RunContext
@@ -210,8 +212,23 @@ class Quadratic(Algorithm):
             out["numerator_sum"] = _ordered_sum({p: x for p, (_, x) in masses.items()})
         return out
 
+    def heterogeneity(self, net: RoundNetwork) -> float | None:
+        """ζ² at the network average x̄ of the evaluated peers' models, from the exact gradients A_iᵀ(A_i x̄ − b_i)
+        (p2pfl.heterogeneity), on rank 0; None elsewhere or with --zeta2-batch 0. Collective."""
+        if self.cfg.zeta2_batch == 0:
+            return None
+        n = len(self.evaluated(net))
+        models = {p: model(self.peers[p].x, self.peers[p].scheme) for p in self.alive_peers(net)}
+        mean = exact_mean(self.ctx.world, models, n, like=self.x_star).to(self.x_star.device)
+        grads = {p: self.peers[p].A.T @ (self.peers[p].A @ mean - self.peers[p].b) for p in models}
+        return zeta2(self.ctx.world, grads, n, self.x_star)
+
     def evaluate(self, round: int, final: bool, net: RoundNetwork
                  ) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
         d = self.x_star.numel()
         per_peer = {p: {"error": e / d} for p, e in self.errors(net).items()}
-        return self.round_metrics(round, net) or {}, per_peer
+        zeta2_avg = self.heterogeneity(net)
+        metrics = self.round_metrics(round, net) or {}
+        if zeta2_avg is not None:
+            metrics["zeta2_avg"] = zeta2_avg
+        return metrics, per_peer
