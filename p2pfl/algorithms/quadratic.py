@@ -153,9 +153,14 @@ class Quadratic(Algorithm):
         self.ctx.record_manifest(quadratic={"dim": int(b.shape[-1]), "source": cfg.problem or "generated",
                                             "x_star_norm": float(np.linalg.norm(self.x_star.cpu().numpy()))})
 
+    @staticmethod
+    def exact_gradient(peer: QuadraticPeer, x: torch.Tensor) -> torch.Tensor:
+        """∇f_i(x) = A_iᵀ(A_i x − b_i)."""
+        return apply(peer.A, apply(peer.A, x) - peer.b, transpose=True)
+
     def gradient(self, peer: QuadraticPeer, x: torch.Tensor) -> torch.Tensor:
-        """A_iᵀ(A_i x − b_i), plus the --sgd-noise draw from the peer's stream."""
-        g = apply(peer.A, apply(peer.A, x) - peer.b, transpose=True)
+        """The exact gradient plus the --sgd-noise draw from the peer's stream."""
+        g = self.exact_gradient(peer, x)
         if self.cfg.sgd_noise > 0:
             d = x.numel()
             g += torch.randn(d, generator=peer.noise, dtype=F64, device=x.device) * math.sqrt(self.cfg.sgd_noise / d)
@@ -220,7 +225,7 @@ class Quadratic(Algorithm):
         n = len(self.evaluated(net))
         models = {p: model(self.peers[p].x, self.peers[p].scheme) for p in self.alive_peers(net)}
         mean = exact_mean(self.ctx.world, models, n, like=self.x_star).to(self.x_star.device)
-        grads = {p: self.peers[p].A.T @ (self.peers[p].A @ mean - self.peers[p].b) for p in models}
+        grads = {p: self.exact_gradient(self.peers[p], mean) for p in models}
         return zeta2(self.ctx.world, grads, n, self.x_star)
 
     def evaluate(self, round: int, final: bool, net: RoundNetwork
