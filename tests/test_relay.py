@@ -4,16 +4,15 @@ nothing of p2pfl.gossip), in float64 on the quadratic problem."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import networkx as nx
 import numpy as np
 import pytest
 import torch
+from test_decentralised_optimisers import LR, SEED, D, K, _problem, _records, _x_star
 
 import topologies
-from conftest import run_job
 from p2pfl.byzantine import Robust
 from p2pfl.comm.placement import Placement
 from p2pfl.comm.transport import Transport
@@ -22,7 +21,7 @@ from p2pfl.gossip import CheckedExchange, Gossip
 from p2pfl.gossip.schemes import RelayTree, SchemeRound, step
 from p2pfl.network import NetworkSchedule
 
-K, D, LR, SEED = 8, 5, 0.05, 0
+from conftest import run_job
 
 
 def _job(runs_dir: Path, name: str, *extra: str, ranks: int = 0, rounds: int = 60, peers: int = K) -> Path:
@@ -32,11 +31,6 @@ def _job(runs_dir: Path, name: str, *extra: str, ranks: int = 0, rounds: int = 6
     proc = run_job(args, ranks=ranks)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return runs_dir / name
-
-
-def _records(run_dir: Path) -> list[dict]:
-    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in lines if r["type"] == "round"]
 
 
 def _refused(runs_dir: Path, *extra: str) -> str:
@@ -96,6 +90,11 @@ class DenseRelay:
         return out
 
 
+def _carried(adjacency: np.ndarray | None):
+    """Whether a round's network carries the link i -> j (A[j, i]: j hears from i); every link without one."""
+    return lambda i, j: adjacency is None or bool(adjacency[j, i])
+
+
 # ------------------------------------------------------------------ the relay sums, driving the real step
 
 def _in_process(graph: nx.Graph, **network) -> tuple[Gossip, NetworkSchedule]:
@@ -105,8 +104,10 @@ def _in_process(graph: nx.Graph, **network) -> tuple[Gossip, NetworkSchedule]:
         graph.number_of_nodes(), SEED, graph=graph, **network)
 
 
-GRAPHS = {"chain": lambda: topologies.build("chain", 8), "binary-tree": lambda: topologies.build("binary-tree", 10),
-          "cycle-bfs": lambda: topologies.build("cycle", 9), "random-bfs": lambda: topologies.build("random", 10, p=0.4)}
+GRAPHS = {"chain": lambda: topologies.build("chain", 8),
+          "binary-tree": lambda: topologies.build("binary-tree", 10),
+          "cycle-bfs": lambda: topologies.build("cycle", 9),
+          "random-bfs": lambda: topologies.build("random", 10, p=0.4)}
 
 
 @pytest.mark.parametrize("name", GRAPHS)
@@ -161,7 +162,7 @@ def test_a_failed_tree_link_leaves_its_last_message() -> None:
         failed += sum(not net.adjacency[j, i] for i, j in dense.edges)
         work = SchemeRound(x, {p: torch.zeros(D, dtype=torch.float64) for p in x}, LR, tree=relay_tree)
         mixed = step("relay", gossip, work, state, net, t)
-        want = dense.round(X, up=lambda i, j: bool(net.adjacency[j, i]))
+        want = dense.round(X, up=_carried(net.adjacency))
         got = torch.stack([mixed.vectors[p] for p in range(n)]).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14)
     assert failed > 20  # the failures happened
@@ -170,25 +171,17 @@ def test_a_failed_tree_link_leaves_its_last_message() -> None:
 
 # ------------------------------------------------------------------ end to end on the quadratic problem
 
-def _problem(zeta2: float) -> tuple[np.ndarray, np.ndarray]:
-    from p2pfl.seeding import numpy_rng
-    a = np.array([(i + 1) / math.sqrt(K) for i in range(K)])
-    b = np.stack([numpy_rng(SEED, i, "quadratic").standard_normal(D) * math.sqrt(zeta2) / (i + 1) for i in range(K)])
-    return a, b
-
-
 def _dense_trace(graph: nx.Graph, rounds: int, zeta2: float, network=None) -> np.ndarray:
     """The error trace (round 0 first) of the test's relay on the quadratic problem; `network(t)` the round's
     RoundNetwork (for its failed links), None for a network that never fails."""
     a, b = _problem(zeta2)
-    x_star = (a[:, None] * b).sum(0) / (a ** 2).sum()
+    x_star = _x_star(a, b)
     X = np.ones((K, D))
     dense = DenseRelay(_tree_edges(graph), X.copy())
     errors = [np.mean((X - x_star) ** 2)]
     for t in range(1, rounds + 1):
         half = X - LR * a[:, None] * (a[:, None] * X - b)
-        up = (lambda i, j: True) if network is None else (lambda i, j, A=network(t).adjacency: bool(A[j, i]))
-        X = dense.round(half, up)
+        X = dense.round(half, _carried(None if network is None else network(t).adjacency))
         errors.append(np.mean((X - x_star) ** 2))
     return np.array(errors)
 
@@ -236,29 +229,3 @@ def test_bytes_are_d_plus_one_values_per_tree_link(runs_dir: Path) -> None:
                                         (("--topology", "cycle", "--weight-by-data"), "uniformly")])
 def test_changing_graphs_and_weighting_are_refused_in_one_line(runs_dir: Path, extra: tuple, says: str) -> None:
     assert says in _refused(runs_dir, *extra)
-
-
-@pytest.mark.mpi
-def test_same_trace_on_1_and_2_ranks(runs_dir: Path) -> None:
-    options = ["--topology", "random", "--p", "0.5", "--sgd-noise", "0.1", "--link-failure", "0.2"]
-    one = _records(_job(runs_dir, "one", *options, rounds=30, ranks=1))
-    two = _records(_job(runs_dir, "two", *options, rounds=30, ranks=2))
-    assert [r["error"] for r in one] == [r["error"] for r in two]  # bitwise
-    assert [r["bytes_sent"] for r in one[1:]] == [r["bytes_sent"] for r in two[1:]]
-
-
-def _numbers(run_dir: Path) -> list[dict]:
-    return [{k: v for k, v in r.items() if not k.startswith("time_") and k not in ("elapsed_s", "round_s")}
-            for r in _records(run_dir)]
-
-
-def test_resume_is_exact(runs_dir: Path) -> None:
-    """Stopped after round 4 and resumed: the last messages and counts and x_init are in the checkpoint."""
-    options = ["--topology", "binary-tree", "--sgd-noise", "0.1", "--link-failure", "0.2", "--checkpoint-every", "2"]
-    full = _numbers(_job(runs_dir, "full", *options, rounds=8))
-    _job(runs_dir, "part", *options, rounds=4)
-    proc = run_job(["-m", "p2pfl.run", "--algorithm", "quadratic", "--peers", str(K), "--rounds", "8", "--dim",
-                    str(D), "--lr", str(LR), "--gossip", "relay", "--eval-every", "0", *options, "--resume",
-                    str(runs_dir / "part"), "--no-progress", "--no-plots"], ranks=0)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert _numbers(runs_dir / "part") == full
