@@ -39,11 +39,13 @@ problem, one seeded initial model for the learners). With the models held fixed,
 sum and Σ_j c_{j→i} = K − 1 after diam(T) rounds: a tree averages exactly. RelaySGD averages uniformly (no
 --weight-by-data).
 
-Failures (a documented rule, Vogels et al. 2021 §5 study dropped messages): a tree link the round's network does
-not carry (a failed link, an end sitting out or crashed, a rejected message) delivers nothing, and its receiver
-reuses the last message and count it got on that link (zero before the first), so the relay sums heal once the link
-is back; a peer sitting out sends nothing and keeps its state. The tree itself is fixed: changing graphs
-(resampled, dynamic and one-way topologies) are refused before training (`check_relay`).
+Failures, by this rule of ours (the authors' Table 5 runs RelaySGD on networks that drop messages): a tree link the
+round's network does not carry (a failed link, an end sitting out or crashed, a rejected message) delivers nothing,
+and its receiver reuses the last message and count it got on that link (zero before the first), so the relay sums
+heal once the link is back; a peer sitting out sends nothing and keeps its state. A crashed peer inside the tree
+cuts it for good: each side goes on with the last sums that crossed the cut (no spanning tree is rebuilt). The tree
+itself is fixed: changing graphs (resampled, dynamic and one-way topologies) are refused before training
+(`check_relay`).
 """
 from __future__ import annotations
 
