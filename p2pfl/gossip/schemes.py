@@ -50,7 +50,7 @@ itself is fixed: changing graphs (resampled, dynamic and one-way topologies) are
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
@@ -176,7 +176,7 @@ class SchemeRound:
     g: dict[int, torch.Tensor]
     lr: float
     momentum: float = 0.0  # qgm's μ
-    tree: RelayTree | None = field(default=None)  # relay's spanning tree
+    tree: RelayTree | None = None  # relay's spanning tree
 
 
 def step(scheme: str, gossip: Gossip, work: SchemeRound, state: dict[int, dict[str, torch.Tensor]],
