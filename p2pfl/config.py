@@ -86,7 +86,9 @@ class RunConfig:
                       ("float32", "float64"))
     gossip: str = _opt("average", "how a round combines with the network (SPEC §7): average (D-PSGD), "
                                   "gradient-tracking, d2, exact-diffusion, qgm (quasi-global momentum, μ = "
-                                  "--momentum) or push-sum", _owned("p2pfl.gossip.schemes", "SCHEMES"))
+                                  "--momentum), push-sum or relay (RelaySGD on the tree topology or "
+                                  "the BFS spanning tree of the graph from peer 0)",
+                      _owned("p2pfl.gossip.schemes", "SCHEMES"))
     on_nonfinite: str = _opt("rollback", "a non-finite message is rejected (a failed link) and a peer whose update "
                                          "turns non-finite is rolled back to its state before the round (rollback), "
                                          "or either ends the job naming the peer (abort)", ("rollback", "abort"))
@@ -390,6 +392,8 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.gossip == "average" or (cfg.byzantine is None and cfg.aggregator == "mean" and cfg.mixing != "server"),
            "gossip", f"{cfg.gossip} mixes by the plain W-weighted mean: it does not combine with --byzantine, a robust "
            "--aggregator or --mixing server")
+    _check(cfg.gossip != "relay" or not cfg.weight_by_data, "weight_by_data",
+           "--gossip relay averages uniformly over its tree; run it without --weight-by-data")
     _check(cfg.gossip != "qgm" or cfg.optimizer == "sgd", "optimizer",
            f"--gossip qgm is quasi-global momentum over plain SGD steps; use --optimizer sgd, not {cfg.optimizer}")
     _check(cfg.gossip != "qgm" or 0 <= cfg.momentum < 1, "momentum",

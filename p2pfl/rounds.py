@@ -63,6 +63,7 @@ class RunContext:
     spec: Any = None  # the --peers-spec file as p2pfl.config.resolve had its owner read it, once a run
     robust: Robust = field(default_factory=lambda: Robust(frozenset()))  # attackers and the aggregator
     manifest_extra: dict[str, Any] = field(default_factory=dict)
+    relay_tree: Any = None  # --gossip relay's spanning tree (p2pfl.gossip.schemes.RelayTree)
 
     @property
     def n_peers(self) -> int:

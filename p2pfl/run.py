@@ -16,7 +16,7 @@ from p2pfl.comm.transport import Transport
 from p2pfl.comm.world import World
 from p2pfl.config import ResolvedRun, RunConfig, parse_args, resolve, to_yaml
 from p2pfl.gossip import CheckedExchange, Gossip
-from p2pfl.gossip.schemes import check_weights
+from p2pfl.gossip.schemes import RelayTree, check_relay, check_weights
 from p2pfl.network import NetworkSchedule
 from p2pfl.network.mixing_rate import network_p
 from p2pfl.records import Host, Seeds
@@ -70,9 +70,13 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
         warning = biased_consensus_warning(cfg)
         if warning:
             print(f"p2pfl: warning: {warning}", flush=True)
-    return RunContext(cfg=cfg, world=world, graph=graph, schedule=schedule, placement=placement,
-                      transport=transport, checked=checked, gossip=Gossip(checked, robust, cfg.seed), device=device,
-                      run_dir=run_dir, folder=folder, spec=run.spec, robust=robust)
+    ctx = RunContext(cfg=cfg, world=world, graph=graph, schedule=schedule, placement=placement,
+                     transport=transport, checked=checked, gossip=Gossip(checked, robust, cfg.seed), device=device,
+                     run_dir=run_dir, folder=folder, spec=run.spec, robust=robust)
+    if cfg.gossip == "relay":
+        ctx.relay_tree = RelayTree.of(graph)
+        ctx.record_manifest(relay_tree=ctx.relay_tree.describe())
+    return ctx
 
 
 def build_network(cfg: RunConfig) -> tuple[nx.Graph, NetworkSchedule, dict]:
@@ -86,6 +90,9 @@ def build_network(cfg: RunConfig) -> tuple[nx.Graph, NetworkSchedule, dict]:
         raise ValueError(f"{option}: peer(s) {lonely} would have no neighbour up in any round")
     if cfg.gossip == "d2":  # every round's W (a static network's is one array: checked once)
         check_weights(cfg.gossip, [schedule.static_weights, *(schedule.at(t).W for t in range(1, cfg.rounds + 1))])
+    if cfg.gossip == "relay":
+        check_relay(schedule.kind, schedule.directed)
+        RelayTree.of(graph)  # a disconnected graph has none: refused here, before training
     described = topologies.describe(*shown_weights(schedule, cfg.rounds), gamma=cfg.n_eff_gamma)
     described["stats"].update(network_p(schedule, cfg.rounds))  # a changing network's p: estimated over its rounds
     return graph, schedule, described

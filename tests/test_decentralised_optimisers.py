@@ -259,7 +259,7 @@ def test_lambda_min_tolerance() -> None:
 # ------------------------------------------------------------------ (d) placement: 1, 2 and 4 ranks
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("scheme", [*SCHEMES, "relay"])  # relay on the random graph's BFS tree
 def test_same_trace_on_1_2_and_4_ranks(runs_dir: Path, scheme: str) -> None:
     """Peers are not ranks: the errors (every scheme's state included) and the bytes are the same bit for bit
     whether the 8 peers sit on one process or are split 4+4 or 2+2+2+2."""
@@ -277,10 +277,11 @@ def _numbers(run_dir: Path) -> list[dict]:
             for r in _records(run_dir)]
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("scheme", [*SCHEMES, "relay"])  # relay on the ring's BFS tree
 def test_resume_is_exact(runs_dir: Path, scheme: str) -> None:
     """Stopped after round 4 and resumed: the state each scheme keeps (trackers, last model and gradient, the noise
-    stream) is in the checkpoint, so the records equal an uninterrupted run's bit for bit."""
+    stream, relay's last messages, counts and x_init) is in the checkpoint, so the records equal an uninterrupted
+    run's bit for bit."""
     options = ["--topology", "cycle", "--gossip", scheme, "--sgd-noise", "0.1", "--checkpoint-every", "2"]
     full = _numbers(_job(runs_dir, "full", *options, rounds=8))
     _job(runs_dir, "part", *options, rounds=4)
@@ -348,11 +349,11 @@ LEARNER = ["-m", "p2pfl.run", "--dataset", "synthetic", "--peers", "4", "--local
            "--no-plots", "--batch-peers", "off"]
 
 
-@pytest.mark.parametrize("scheme", ["gradient-tracking", "d2", "exact-diffusion"])
+@pytest.mark.parametrize("scheme", ["gradient-tracking", "d2", "exact-diffusion", "relay"])
 def test_fedavg_scheme_trains_and_resumes_exactly(runs_dir: Path, scheme: str) -> None:
-    """FedAvg under each scheme: finite losses, gradient tracking's second vector counted, and the state the scheme
-    keeps in the peer record (trackers, last model and G) checkpointed, so a run stopped after round 2 and resumed
-    equals an uninterrupted one bit for bit."""
+    """FedAvg under each scheme: finite losses, gradient tracking's second vector and relay's counts counted, and the
+    state the scheme keeps in the peer record (trackers, last model and G, relay messages) checkpointed, so a run
+    stopped after round 2 and resumed equals an uninterrupted one bit for bit."""
     args = [*LEARNER, "--algorithm", "fedavg", "--gossip", scheme, "--checkpoint-every", "1", "--out", str(runs_dir)]
     for name, rounds in (("full", 3), ("part", 2)):
         proc = run_job([*args, "--rounds", str(rounds), "--name", name], ranks=0)
@@ -363,12 +364,15 @@ def test_fedavg_scheme_trains_and_resumes_exactly(runs_dir: Path, scheme: str) -
     assert _numbers(runs_dir / "part") == full and len(full) == 4
     assert all(math.isfinite(r["loss_mean"]) for r in full[1:])
     manifest = json.loads((runs_dir / "full" / "manifest.json").read_text())
-    vector_bytes = manifest["model"]["mixed_per_message"] * 4  # float32
-    per_round = 4 * 2 * vector_bytes * (2 if scheme == "gradient-tracking" else 1)
+    values = manifest["model"]["mixed_per_message"]
+    if scheme == "relay":  # the ring's BFS tree: 3 links both ways, each m and its count c
+        per_round = 2 * 3 * (values + 1) * 4  # float32
+    else:
+        per_round = 4 * 2 * values * 4 * (2 if scheme == "gradient-tracking" else 1)
     assert all(r["bytes_sent"] == per_round for r in full[1:])
 
 
-@pytest.mark.parametrize("scheme", ["gradient-tracking", "d2", "exact-diffusion"])
+@pytest.mark.parametrize("scheme", ["gradient-tracking", "d2", "exact-diffusion", "relay"])
 def test_dec_sl_scheme_trains(runs_dir: Path, scheme: str) -> None:
     proc = run_job([*LEARNER, "--algorithm", "dec-sl", "--gossip", scheme, "--rounds", "3", "--out", str(runs_dir),
                     "--name", "sl"], ranks=0)

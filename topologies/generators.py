@@ -27,6 +27,12 @@ def cycle(n: int, seed: int = 0) -> nx.Graph:
     return _graph(n, [(i, (i + 1) % n) for i in range(n)])
 
 
+@register("chain")
+def chain(n: int, seed: int = 0) -> nx.Graph:
+    """The path 0-1-…-(n-1): the tree of largest diameter (RelaySGD's topology in Vogels et al. 2021)."""
+    return _graph(n, [(i, i + 1) for i in range(n - 1)])
+
+
 @register("binary-tree")
 def binary_tree(n: int, seed: int = 0) -> nx.Graph:
     """Heap-ordered binary tree: the parent of peer k is (k-1)//2."""

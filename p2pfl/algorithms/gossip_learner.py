@@ -178,7 +178,7 @@ class GossipLearner(LocalTrainer):
         lr = self.lr_at(round)
         after = self.active_vectors(net)
         start = {p: self.peers[p].start for p in after}
-        work = SchemeRound(start, {p: (start[p] - v) / lr for p, v in after.items()}, lr)
+        work = SchemeRound(start, {p: (start[p] - v) / lr for p, v in after.items()}, lr, tree=self.ctx.relay_tree)
         mixed = step(self.cfg.gossip, self.ctx.gossip, work, {p: self.peers[p].scheme for p in after}, net, round,
                      self.mix_sizes())
         for p, vec in mixed.vectors.items():

@@ -13,6 +13,7 @@ round's network, and returns the mixed models, every vector sent through the che
 | exact-diffusion | as d2, mixed by W̃ = (W + I)/2 | x⁻, g⁻ |
 | qgm | x − η(μm + g) (X⁺ = W X½; M⁺ = μM + (1 − μ)(X − X⁺)/η, M₀ = 0; μ = --momentum) | m |
 | push-sum | [x − ηg, w]/(1 + out-degree) (X⁺ = P(X − ηG), w⁺ = Pw, w₀ = 1) | w |
+| relay | to each tree neighbour j its own [m_{i→j}, c_{i→j}] (RelaySGD on a tree T, below) | m<j>, c<j>, x0 |
 
 Push-sum's x is the numerator; the model the peer trains and is measured by is z = x/w (`model`), and its G the
 gradient at z. P is column-stochastic: a sender splits its mass evenly over itself and the out-links the round's
@@ -24,21 +25,45 @@ The tracker's correction G⁺ − G needs the gradient at the mixed model, so a 
 and completes Y at the start of its next round (Y = WY + G − g). Each uses the weights of the round's surviving
 network: the second vector of gradient tracking mixes over the network the first one's exchange left (a link
 rejected for x is failed for y too). A peer that sits a round out keeps its state as it was.
+
+RelaySGD (Vogels et al. 2021) runs on a spanning tree T (`RelayTree`: the topology itself when it is a tree, else
+the BFS tree of the graph rooted at peer 0; the manifest's `relay_tree` says which). With x½_i = x_i − ηg_i, peer i
+sends each tree neighbour j its own message, m_{i→j} = x½_i + Σ_{k∈T(i), k≠j} m_{k→i} and the count
+c_{i→j} = 1 + Σ_{k≠j} c_{k→i} (the messages it received last round), one message of d + 1 values per tree link,
+carried by one checked exchange per neighbour slot (the s-th tree neighbour of every peer). Then
+x_i⁺ = (x½_i + Σ_j m_{j→i} + (K − 1 − Σ_j c_{j→i}) x_init) / K with this round's messages. The counts say how many
+peers' models the sums hold (a message from d hops away arrives after d rounds); the missing K − 1 − Σc are filled
+with x_init, the model every peer starts from (x^(0), as in the authors' simulator: `init_state`), which each peer
+keeps as `x0`, its model the first round it runs the scheme (all peers start equal: x₀ = 1 on the quadratic
+problem, one seeded initial model for the learners). With the models held fixed, x_i + Σ_j m_{j→i} is the network's
+sum and Σ_j c_{j→i} = K − 1 after diam(T) rounds: a tree averages exactly. RelaySGD averages uniformly (no
+--weight-by-data).
+
+Failures, by this rule of ours (the authors' Table 5 runs RelaySGD on networks that drop messages): a tree link the
+round's network does not carry (a failed link, an end sitting out or crashed, a rejected message) delivers nothing,
+and its receiver reuses the last message and count it got on that link (zero before the first), so the relay sums
+heal once the link is back; a peer sitting out sends nothing and keeps its state. A crashed peer inside the tree
+cuts it for good: each side goes on with the last sums that crossed the cut (no spanning tree is rebuilt). The tree
+itself is fixed: changing graphs (resampled, dynamic and one-way topologies) are refused before training
+(`check_relay`).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import networkx as nx
 import numpy as np
 import torch
 
+from p2pfl.gossip.checked import Events
 from p2pfl.gossip.mix import Gossip, Mixed
 from p2pfl.gossip.rules import Rule
 from p2pfl.network.schedule import RoundNetwork
 
 #: The schemes the weight-mixing methods run (p2pfl.algorithms.gossip_learner) ...
-LEARNER_SCHEMES = ("average", "gradient-tracking", "d2", "exact-diffusion")
+LEARNER_SCHEMES = ("average", "gradient-tracking", "d2", "exact-diffusion", "relay")
 #: ... and every --gossip value (p2pfl.config reads them from here): quasi-global momentum and push-sum so far on
 #: the quadratic problem only (its local steps are plain gradient steps, where a learner's local SGD would apply
 #: --momentum twice; a learner would train, evaluate and checkpoint z = x/w).
@@ -70,6 +95,58 @@ class PushSum(Rule):
         return acc, []
 
 
+@dataclass(frozen=True)
+class RelayTree:
+    """RelaySGD's spanning tree: each peer's tree neighbours (ascending) and where the tree came from."""
+
+    neighbours: dict[int, tuple[int, ...]]
+    source: str  # "topology" (the graph is a tree) or "bfs-spanning-tree"
+    root: int = 0
+
+    @classmethod
+    def of(cls, graph: nx.Graph) -> RelayTree:
+        """The graph itself when it is a tree, else its BFS spanning tree rooted at peer 0; a ValueError when the
+        graph is not connected (no spanning tree)."""
+        if not nx.is_connected(graph):
+            raise ValueError("--gossip relay: needs a connected topology (a spanning tree of every peer)")
+        tree, source = (graph, "topology") if nx.is_tree(graph) else (nx.bfs_tree(graph, 0), "bfs-spanning-tree")
+        undirected = nx.Graph(tree)
+        return cls({int(p): tuple(sorted(int(q) for q in undirected[p])) for p in sorted(graph)}, source)
+
+    @property
+    def edges(self) -> list[tuple[int, int]]:
+        return [(p, q) for p, nbrs in self.neighbours.items() for q in nbrs if p < q]
+
+    @property
+    def slots(self) -> int:
+        """The most tree neighbours a peer has: the number of exchanges a round takes."""
+        return max((len(n) for n in self.neighbours.values()), default=0)
+
+    def describe(self) -> dict[str, Any]:
+        """The manifest's `relay_tree` entry."""
+        return {"source": self.source, "root": self.root, "edges": [list(e) for e in self.edges]}
+
+    def links(self, slot: int, net: RoundNetwork) -> dict[int, tuple[int, ...]]:
+        """Receiver -> the senders whose `slot`-th tree neighbour it is, on the links the round carries (both ends
+        active, the link up): the same on every rank."""
+        out: dict[int, list[int]] = {}
+        for i, nbrs in self.neighbours.items():
+            if len(nbrs) > slot:
+                j = nbrs[slot]
+                if i in net.active and j in net.active and net.adjacency[j, i]:
+                    out.setdefault(j, []).append(i)
+        return {j: tuple(senders) for j, senders in sorted(out.items())}
+
+
+def check_relay(kind: str, directed: bool) -> None:
+    """Refuse before training a relay run on a graph that changes or has one-way links: RelaySGD relays over one
+    fixed undirected spanning tree."""
+    if kind != "static" or directed:
+        raise ValueError(f"--gossip relay: relays over one fixed spanning tree, but this network is {kind}"
+                         f"{' and one-way' if directed else ''}; use a static topology (chain, binary-tree, cycle, "
+                         "...) with --link-failure, --participation or --churn for a network that fails")
+
+
 def model(x: torch.Tensor, state: dict[str, torch.Tensor]) -> torch.Tensor:
     """The model a peer holds: x, or push-sum's de-biased z = x/w."""
     return x / state["w"] if "w" in state else x
@@ -99,6 +176,7 @@ class SchemeRound:
     g: dict[int, torch.Tensor]
     lr: float
     momentum: float = 0.0  # qgm's μ
+    tree: RelayTree | None = None  # relay's spanning tree
 
 
 def step(scheme: str, gossip: Gossip, work: SchemeRound, state: dict[int, dict[str, torch.Tensor]],
@@ -144,8 +222,49 @@ def step(scheme: str, gossip: Gossip, work: SchemeRound, state: dict[int, dict[s
         for p in x:
             state[p]["w"] = mixed.vectors[p][-1:].clone()
         return Mixed({p: v[:-1].clone() for p, v in mixed.vectors.items()}, mixed.net, mixed.events)
+    if scheme == "relay":
+        assert work.tree is not None, "--gossip relay needs the run's RelayTree"
+        return relay(gossip, work, state, net, round, work.tree)
     raise ValueError(f"--gossip: unknown scheme {scheme!r}; allowed: {', '.join(SCHEMES)}")
 
 
-__all__ = ["D2_LAMBDA_MIN", "D2_TOLERANCE", "LEARNER_SCHEMES", "Lazy", "PushSum", "SCHEMES", "SchemeRound",
-           "check_weights", "lambda_min", "model", "step"]
+def _relayed(half: torch.Tensor, s: dict[str, torch.Tensor], sources: Sequence[int]) -> torch.Tensor:
+    """[x½ + Σ_k m_k, 1 + Σ_k c_k] over the last messages from `sources` (in ascending order)."""
+    out = torch.cat([half, torch.ones(1, dtype=half.dtype, device=half.device)])
+    for k in sources:
+        if f"m{k}" in s:
+            out[:-1] += s[f"m{k}"]
+            out[-1:] += s[f"c{k}"]
+    return out
+
+
+def relay(gossip: Gossip, work: SchemeRound, state: dict[int, dict[str, torch.Tensor]], net: RoundNetwork,
+          round: int, tree: RelayTree) -> Mixed:
+    """One RelaySGD round (module docstring): per tree-neighbour slot one checked exchange of [m, c]; what
+    arrives replaces the receiver's last message on that link, what does not leaves it as it was."""
+    K = net.n_peers
+    half = {p: work.x[p] - work.lr * work.g[p] for p in work.x}
+    for p in work.x:
+        if "x0" not in state[p]:
+            state[p]["x0"] = work.x[p].clone()
+    sent = {p: {j: _relayed(half[p], state[p], [k for k in tree.neighbours[p] if k != j])
+                for j in tree.neighbours[p]} for p in work.x}
+    events = Events()
+    for slot in range(tree.slots):
+        vectors = {p: sent[p][nbrs[slot]] for p in work.x if len(nbrs := tree.neighbours[p]) > slot}
+        got = gossip.checked.exchange(vectors, round, tree.links(slot, net), net=net)
+        for p in got.inbox:
+            for j, v in got.kept(p).items():
+                state[p][f"m{j}"], state[p][f"c{j}"] = v[:-1].clone(), v[-1:].clone()
+        got.release()
+        assert got.net is not None
+        net, events = got.net, events + got.events
+    mixed = {}
+    for p in work.x:
+        total = _relayed(half[p], state[p], tree.neighbours[p])
+        mixed[p] = (total[:-1] + (K - total[-1]) * state[p]["x0"]) / K
+    return Mixed(mixed, net, events)
+
+
+__all__ = ["D2_LAMBDA_MIN", "D2_TOLERANCE", "LEARNER_SCHEMES", "Lazy", "PushSum", "RelayTree", "SCHEMES",
+           "SchemeRound", "check_relay", "check_weights", "lambda_min", "model", "relay", "step"]
