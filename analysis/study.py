@@ -28,14 +28,15 @@ import numpy as np
 
 from p2pfl.records import PEER_MAX, PEER_MIN
 from p2pfl.study.folder import StudyFolder
+from topologies.measures import N_EFF_GAMMA, n_eff, p_worst
 from topologies.stats import second_eigenvalue_modulus
 
 from .runs import Run, RunFolderError, is_number, load_run
 
 __all__ = [
     "Group", "Interval", "Point", "Study", "StudyFolderError", "build_study_markdown", "groups_markdown",
-    "headline_metric", "is_study", "load_point", "load_study", "mean_ci", "spectral_gap",
-    "study_table_csv", "t_quantile",
+    "MEASURES", "headline_metric", "is_study", "load_point", "load_study", "mean_ci", "spectral_gap",
+    "study_table_csv", "t_quantile", "topology_measures",
 ]
 
 PLAN = "plan.json"
@@ -91,6 +92,21 @@ def mean_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval
 def spectral_gap(mixing: Sequence[Sequence[float]] | np.ndarray) -> float:
     """1 − |λ2(W)| of a mixing matrix: how fast gossip over it reaches consensus (topologies.stats)."""
     return 1.0 - second_eigenvalue_modulus(np.asarray(mixing, dtype=float))
+
+
+#: The topology measures of the groups table, table.csv and the measures figure (SPEC §10): key -> label.
+MEASURES = {"spectral_gap": "spectral gap 1 − |λ2(W)|", "p": "p (Koloskova et al.)", "n_eff": "n_eff(γ)"}
+
+
+def topology_measures(topology: dict[str, Any]) -> dict[str, float | None]:
+    """A manifest topology record's MEASURES: spectral_gap and, from the record's stats, p (the run's: estimated over
+    its rounds for a changing network) and n_eff; a record written before they existed gets them from its
+    `mixing` matrix (the closed-form p of that W, n_eff at the default γ; None for a non-symmetric W)."""
+    w = np.asarray(topology["mixing"], dtype=float)
+    stats = topology.get("stats") or {}
+    return {"spectral_gap": spectral_gap(w),
+            "p": stats["p"] if "p" in stats else p_worst(w),
+            "n_eff": stats["n_eff"] if "n_eff" in stats else n_eff(w, N_EFF_GAMMA)}
 
 
 # ----- the study folder -------------------------------------------------------------------------------------------
@@ -178,11 +194,17 @@ class Group:
         """Mean and 95% CI of a final metric over the finished seeds (None when no finished run has it)."""
         return mean_ci([m[metric] for m in (p.final_metrics() for p in self.done) if metric in m])
 
+    def measure(self, name: str) -> float | None:
+        """Mean of a topology measure (MEASURES) over the points' manifests (one per seed: random graphs differ by
+        seed); None when no manifest has it (n_eff of a non-symmetric W)."""
+        values = [topology_measures(p.run.topology)[name] for p in self.points if p.run is not None and p.run.topology]
+        known = [v for v in values if v is not None]
+        return sum(known) / len(known) if known else None
+
     @property
     def spectral_gap(self) -> float | None:
-        """Mean 1 − |λ2(W)| of the manifests' mixing matrices (one per seed: random graphs differ by seed)."""
-        gaps = [spectral_gap(p.run.topology["mixing"]) for p in self.points if p.run is not None and p.run.topology]
-        return sum(gaps) / len(gaps) if gaps else None
+        """Mean 1 − |λ2(W)| of the manifests' mixing matrices."""
+        return self.measure("spectral_gap")
 
 
 @dataclass
@@ -251,15 +273,16 @@ def _num(value: float | None) -> str:
 
 
 def study_table_csv(study: Study) -> str:
-    """table.csv: one row per group: axis labels, n_done, n_expected, status, spectral_gap, then per metric its
-    mean, ci_low, ci_high (empty when there is no value or, for n = 1, no interval)."""
+    """table.csv: one row per group: axis labels, n_done, n_expected, status, spectral_gap, p, n_eff, then per
+    metric its mean, ci_low, ci_high (empty when there is no value or, for n = 1, no interval)."""
     metrics = study.metrics
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([*study.group_axes, "n_done", "n_expected", "status", "spectral_gap",
+    writer.writerow([*study.group_axes, "n_done", "n_expected", "status", *MEASURES,
                      *[f"{m}_{col}" for m in metrics for col in ("mean", "ci_low", "ci_high")]])
     for group in study.groups:
-        row = [*group.axes.values(), group.n_done, group.n_expected, group.status, _num(group.spectral_gap)]
+        row = [*group.axes.values(), group.n_done, group.n_expected, group.status,
+               *[_num(group.measure(m)) for m in MEASURES]]
         for metric in metrics:
             iv = group.interval(metric)
             row += [_num(iv.mean), _num(iv.low), _num(iv.high)] if iv else ["", "", ""]
@@ -285,12 +308,12 @@ def _fmt_interval(iv: Interval | None) -> str:
 
 
 def groups_markdown(study: Study, metrics: Sequence[str]) -> str:
-    """The groups table: axis labels, status, spectral gap, then mean ± CI half-width of each metric."""
-    header = [*study.group_axes, "runs", "spectral gap", *metrics]
+    """The groups table: axis labels, status, spectral gap, p and n_eff, then mean ± CI half-width of each metric."""
+    header = [*study.group_axes, "runs", "spectral gap", "p", "n_eff", *metrics]
     rows = []
     for g in study.groups:
-        gap = g.spectral_gap
-        rows.append([*g.axes.values(), g.status, "–" if gap is None else f"{gap:.4g}",
+        values = [g.measure(m) for m in MEASURES]
+        rows.append([*g.axes.values(), g.status, *["–" if v is None else f"{v:.4g}" for v in values],
                      *[_fmt_interval(g.interval(m)) for m in metrics]])
     return _md_table(header, rows)
 
@@ -305,8 +328,10 @@ def build_study_markdown(study: Study, figures: dict[str, Path] | None = None, b
              + ", ".join(f"{n} {state}" for state, n in counts.items() if n) + ".", "",
              f"Groups: every axis except `{SEED_AXIS}`. Cells: mean over the finished {study.seed_word} "
              f"± half-width of the {CONFIDENCE:.0%} Student-t confidence interval (t_0.975,n−1·s/√n); n=1 has none. "
-             "Spectral gap: 1 − |λ2(W)| of the runs' mixing matrices. Every metric, with the interval bounds, is in "
-             "table.csv.", "", groups_markdown(study, shown), ""]
+             "Spectral gap: 1 − |λ2(W)| of the runs' mixing matrices; p: Koloskova et al.'s 1 − ‖W − J‖₂² (for a "
+             "changing network 1 − the mean contraction of a round on random X, estimated over its rounds); n_eff: "
+             "Vogels et al.'s effective number of neighbours at the runs' γ (– for a non-symmetric W). Every "
+             "metric, with the interval bounds, is in table.csv.", "", groups_markdown(study, shown), ""]
     not_done = [p for p in study.points if p.state != DONE]
     if not_done:
         parts += ["## Points not finished", "",

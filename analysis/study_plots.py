@@ -15,9 +15,10 @@ from matplotlib.ticker import MaxNLocator
 
 from .plots import _grid, _new_figure, _save
 from .runs import Run
-from .study import Group, Study, mean_ci
+from .study import MEASURES, Group, Study, mean_ci
 
-__all__ = ["plot_study", "plot_gap", "plot_metric_rounds", "plot_consensus", "plot_bytes", "cumulative_bytes_per_peer"]
+__all__ = ["plot_study", "plot_gap", "plot_measures", "plot_metric_rounds", "plot_consensus", "plot_bytes",
+           "cumulative_bytes_per_peer"]
 
 TOPOLOGY_AXIS = "topology"
 Band = tuple[list[float], list[float], list[float], list[float]]  # x, mean, low, high
@@ -76,36 +77,59 @@ def _panels(study: Study) -> dict[str, list[Group]]:
     return panels
 
 
-def plot_gap(study: Study, metric: str, out_dir: Path) -> Path | None:
-    """spectral_gap.png: the final metric of each group against its topology's spectral gap 1 − |λ2(W)|, error
-    bars the 95% interval over seeds; one series per combination of the other axes."""
+def _against(ax, study: Study, metric: str, measure: str) -> bool:
+    """Draw each group's final metric (mean, 95% interval over seeds as error bars) against its topology measure
+    (analysis.study.MEASURES), one series per combination of the other axes; whether anything was drawn."""
     colours = _colours(study)
-    fig = _new_figure(6.5, 4.5)
-    ax = fig.add_subplot(1, 1, 1)
-    drawn = False
     series: dict[str, list[tuple[float, float, float, str]]] = {}
     for group in study.groups:
-        iv, gap = group.interval(metric), group.spectral_gap
-        if iv is None or gap is None:
+        iv, x = group.interval(metric), group.measure(measure)
+        if iv is None or x is None:
             continue
         half = iv.half_width if iv.half_width is not None else 0.0
-        series.setdefault(_series_key(study, group), []).append((gap, iv.mean, half, _topology(group)))
+        series.setdefault(_series_key(study, group), []).append((x, iv.mean, half, _topology(group)))
     for key, marks in series.items():
         marks.sort()
         xs, ys, err, names = zip(*marks)
         ax.errorbar(xs, ys, yerr=err, fmt="-o", color=colours[key], capsize=4, markersize=5, label=key)
         for x, y, name in zip(xs, ys, names):
             ax.annotate(name, (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")
-        drawn = True
-    if not drawn:
-        return None
-    ax.set_xlabel("spectral gap 1 − |λ2(W)|")
+    ax.set_xlabel(MEASURES[measure])
     ax.set_ylabel(f"final {metric}")
-    ax.set_title(f"{study.name}: final {metric} (95% CI over seeds)", fontsize=9)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    if series:
+        ax.legend(fontsize=7)
+    return bool(series)
+
+
+def plot_gap(study: Study, metric: str, out_dir: Path) -> Path | None:
+    """spectral_gap.png: the final metric of each group against its topology's spectral gap 1 − |λ2(W)|, error
+    bars the 95% interval over seeds; one series per combination of the other axes."""
+    fig = _new_figure(6.5, 4.5)
+    ax = fig.add_subplot(1, 1, 1)
+    if not _against(ax, study, metric, "spectral_gap"):
+        return None
+    ax.set_title(f"{study.name}: final {metric} (95% CI over seeds)", fontsize=9)
     fig.tight_layout()
     return _save(fig, out_dir / "spectral_gap.png")
+
+
+def plot_measures(study: Study, metric: str, out_dir: Path) -> Path | None:
+    """measures.png: the final metric against the spectral gap, p and n_eff side by side (SPEC §10), mean and 95%
+    interval over seeds per group; a panel whose measure no run has (n_eff of one-way graphs) says so."""
+    fig = _new_figure(15, 4.5)
+    drawn = False
+    for i, measure in enumerate(MEASURES):
+        ax = fig.add_subplot(1, len(MEASURES), i + 1)
+        here = _against(ax, study, metric, measure)
+        if not here:
+            ax.text(0.5, 0.5, f"no {measure}", ha="center", va="center", transform=ax.transAxes, fontsize=8)
+        drawn |= here
+    if not drawn:
+        return None
+    fig.suptitle(f"{study.name}: final {metric} against the topology measures (95% CI over seeds)", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, out_dir / "measures.png")
 
 
 def _multi_panel(study: Study, out: Path, title: str, ylabel: str, draw, log: bool = False,
@@ -227,6 +251,7 @@ def plot_study(study: Study, out_dir: Path, metric: str | None) -> dict[str, Pat
     makers = [("consensus distance against round", lambda: plot_consensus(study, out_dir))]
     if metric is not None:
         makers = [(f"final {metric} against spectral gap", lambda: plot_gap(study, metric, out_dir)),
+                  (f"final {metric} against spectral gap, p and n_eff", lambda: plot_measures(study, metric, out_dir)),
                   (f"{metric} against round", lambda: plot_metric_rounds(study, metric, out_dir)),
                   *makers,
                   (f"{metric} against bytes sent per peer", lambda: plot_bytes(study, metric, out_dir))]

@@ -160,6 +160,10 @@ class RunConfig:
     knn_k: int = _opt(200, "neighbours of the kNN monitor", section="evaluation")
     eval_peers: int | None = _opt(None, "score a seeded sample of N peers at the final evaluation, plus the network "
                                   "average (default: every peer)", section="evaluation")
+    zeta2_batch: int = _opt(512, "heterogeneity zeta2_avg at every evaluation on the first N samples of each peer's "
+                            "shard (0: off)", section="evaluation")
+    n_eff_gamma: float = _opt(0.951, "decay gamma of the manifest's effective number of neighbours n_eff, in [0, 1)",
+                              section="evaluation", paper="Vogels et al. 2022, fitted on CIFAR-10")
     #: Not options: the values of the methods' own options, one frozen section each (p2pfl.options), read as
     #: attributes of the configuration (cfg.mu).
     method_options: tuple[Any, ...] = field(default_factory=lambda: tuple(cls() for cls in _sections().values()))
@@ -422,6 +426,8 @@ def validate(cfg: RunConfig) -> None:
                f"no checkpoint in {cfg.resume} (run with --checkpoint-every N first)")
     _check(cfg.eval_every >= 0, "eval_every", f"must be >= 0, got {cfg.eval_every}")
     _check(cfg.eval_peers is None or cfg.eval_peers >= 1, "eval_peers", f"must be >= 1, got {cfg.eval_peers}")
+    _check(cfg.zeta2_batch >= 0, "zeta2_batch", f"must be >= 0, got {cfg.zeta2_batch}")
+    _check(0.0 <= cfg.n_eff_gamma < 1.0, "n_eff_gamma", f"must be in [0, 1), got {cfg.n_eff_gamma}")
     _validate_methods(cfg, "run")
     _check(cfg.topology != "file" or cfg.graph_file is not None, "graph_file", "required with --topology file")
     if cfg.graph_file is not None:

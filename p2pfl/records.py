@@ -246,6 +246,11 @@ class TopologyStats(TypedDict):
     degree_max: int
     lambda2: float  # |λ2(W)|, the second largest eigenvalue modulus
     spectral_gap: float  # 1 - |λ2|
+    p: float  # SPEC §10's p: p_worst for a network that does not change, else the random-X estimate over its rounds
+    p_worst: float  # 1 - ‖W − J‖₂² of `mixing` (= 1 - max(|λ2|, |λ_K|)² for a symmetric W; Koloskova et al. 2020)
+    p_source: str  # "closed form", or how `p` was estimated (p2pfl.network.mixing_rate)
+    n_eff: float | None  # effective number of neighbours at n_eff_gamma (Vogels et al. 2022); None: W not symmetric
+    n_eff_gamma: float
     consensus_share: list[float]  # left Perron vector of W, summing to 1
     max_share: float
     symmetric: bool

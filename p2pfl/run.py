@@ -18,6 +18,7 @@ from p2pfl.config import ResolvedRun, RunConfig, parse_args, resolve, to_yaml
 from p2pfl.gossip import CheckedExchange, Gossip
 from p2pfl.gossip.schemes import check_weights
 from p2pfl.network import NetworkSchedule
+from p2pfl.network.mixing_rate import network_p
 from p2pfl.records import Host, Seeds
 from p2pfl.rounds import Algorithm, RunContext, Runner
 from p2pfl.runtime.allocator import keep_freed_memory
@@ -86,7 +87,9 @@ def build_network(cfg: RunConfig) -> tuple[nx.Graph, NetworkSchedule, dict]:
     if cfg.gossip == "d2":  # every round's W (a static network's is one array: checked once; a dynamic one has none)
         static = [schedule.static_weights] if schedule.kind == "static" else []
         check_weights(cfg.gossip, [*static, *(schedule.at(t).W for t in range(1, cfg.rounds + 1))])
-    return graph, schedule, topologies.describe(*shown_weights(schedule, cfg.rounds))
+    described = topologies.describe(*shown_weights(schedule, cfg.rounds), gamma=cfg.n_eff_gamma)
+    described["stats"].update(network_p(schedule, cfg.rounds))  # a changing network's p: estimated over its rounds
+    return graph, schedule, described
 
 
 def support_graph(cfg: RunConfig, n_peers: int) -> nx.Graph:

@@ -41,7 +41,7 @@ BASE: dict[str, Any] = {
     "model": "simple-cnn", "local_epochs": 1.0, "local_steps": 2, "batch_size": 32, "optimizer": "adam",
     "lr": 1e-3, "momentum": 0.9, "weight_decay": 0.0, "schedule": "constant", "keep_optimizer": False,
     "batch_peers": "off", "fedbn": "off", "weight_by_data": False, "temperature": 0.5, "proj_dim": 32,
-    "probe_epochs": 3, "eval_peers": None,
+    "probe_epochs": 3, "eval_peers": None, "zeta2_batch": 0, "n_eff_gamma": 0.951,
     "knn_k": 20, "mu": 0.0, "prev_models": 1, "muscle_m": 3, "contrastive_steps": 1, "public_size": 200,
     "public_batch": 16, "rep_dim": 32, "loss": "muscle", "align_tau": None, "muscle_tau_prev": None,
     "peers_spec": None, "lora_rank": 16, "dtype": "float64",

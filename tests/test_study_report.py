@@ -167,3 +167,52 @@ def test_cli_run_folders_and_errors(study, tmp_path, monkeypatch):
     # a study is reported on its own, and --metric must be one the runs report
     assert report_main([str(study), str(study / "runs" / point_name("cycle", 1))]) == 2
     assert report_main([str(study), "--metric", "no_such_metric", "--no-plots", "--out", str(tmp_path / "r")]) == 2
+
+
+# ---------------------------------------------------------------------- p and n_eff (SPEC §10) in the report
+GAMMA = 0.951
+#: Eigenvalues of the Metropolis W of each topology on 4 peers (see test_spectral_gap_closed_forms).
+EIGENVALUES = {"cycle": [1, 1 / 3, -1 / 3, 1 / 3], "complete": [1, 0, 0, 0], "star": [1, 3 / 4, 3 / 4, 0]}
+
+
+def _p_and_n_eff(topology: str) -> tuple[float, float]:
+    """p = 1 − (second largest |λ|)² and n_eff = 1/((1 − γ) tr Σ / K), tr Σ = Σ_k λ_k²/(1 − γλ_k²) (W circulant or
+    with eigenvectors orthonormal: mean_i Σ_ii = tr Σ / K)."""
+    lam = np.array(EIGENVALUES[topology], dtype=float)
+    second = np.sort(np.abs(lam))[::-1][1]
+    trace = float((lam ** 2 / (1 - GAMMA * lam ** 2)).sum())
+    return 1 - second ** 2, 1 / ((1 - GAMMA) * trace / len(lam))
+
+
+def test_study_table_has_p_and_n_eff(study, tmp_path):
+    out = tmp_path / "report"
+    assert report_main([str(study), "--out", str(out)]) == 0
+    table = read_table(out / "table.csv")
+    for topology in ("cycle", "complete", "star"):
+        p, neff = _p_and_n_eff(topology)
+        assert float(table[topology]["p"]) == pytest.approx(p, rel=1e-9)
+        assert float(table[topology]["n_eff"]) == pytest.approx(neff, rel=1e-9)
+    assert float(table["complete"]["n_eff"]) == pytest.approx(4.0)
+    report = (out / "report.md").read_text()
+    assert "| spectral gap | p | n_eff |" in report
+    assert f"| {_p_and_n_eff('star')[0]:.4g} |" in report
+    data = (out / "measures.png").read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and len(data) > 10000
+    assert "](measures.png)" in report
+
+
+def test_old_manifests_get_p_and_n_eff_from_their_mixing(study, tmp_path):
+    """A study whose manifests predate p and n_eff: both come from the stored mixing matrix."""
+    import shutil
+    old = tmp_path / "old"
+    shutil.copytree(study, old, ignore=shutil.ignore_patterns("report"))
+    for manifest in (old / "runs").glob("*/manifest.json"):
+        data = json.loads(manifest.read_text())
+        for key in ("p", "p_worst", "p_source", "n_eff", "n_eff_gamma"):
+            del data["topology"]["stats"][key]
+        manifest.write_text(json.dumps(data))
+    loaded = load_study(old)
+    for group in loaded.groups:
+        p, neff = _p_and_n_eff(group.axes["topology"])
+        assert group.measure("p") == pytest.approx(p, rel=1e-9)
+        assert group.measure("n_eff") == pytest.approx(neff, rel=1e-9)

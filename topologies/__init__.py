@@ -11,6 +11,7 @@ from topologies import from_file, generators  # noqa: F401  (register the builti
 from topologies.base import TopologyError, build, names, register, registry
 from topologies.dynamic import DYNAMIC, Dynamic, both_ways, dynamic_names, register_dynamic
 from topologies.from_file import read_graph
+from topologies.measures import N_EFF_GAMMA
 from topologies.mixing import KINDS as MIXING_KINDS
 from topologies.mixing import mixing_matrix, register_mixing
 from topologies.plot import draw
@@ -20,6 +21,7 @@ __all__ = [
     "DYNAMIC",
     "Dynamic",
     "MIXING_KINDS",
+    "N_EFF_GAMMA",
     "TopologyError",
     "both_ways",
     "build",

@@ -20,6 +20,9 @@ def table(name: str, mixing: str, stats: dict[str, Any]) -> str:
         ("degree min/mean/max", f"{stats['degree_min']} / {stats['degree_mean']:.2f} / {stats['degree_max']}"),
         ("|lambda2|", f"{stats['lambda2']:.4f}"),
         ("spectral gap", f"{stats['spectral_gap']:.4f}"),
+        ("p (Koloskova et al.)", f"{stats['p']:.4f}"),
+        (f"n_eff (gamma {stats['n_eff_gamma']})", "n/a (W not symmetric)" if stats["n_eff"] is None
+         else f"{stats['n_eff']:.2f}"),
         ("consensus share min/max", f"{min(share):.4f} / {max(share):.4f} (ideal {1 / len(share):.4f})"),
         ("symmetric", stats["symmetric"]),
         ("doubly stochastic", stats["doubly_stochastic"]),
@@ -40,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--mixing", default="metropolis", help=", ".join(topologies.MIXING_KINDS))
     parser.add_argument("--graph-file", default=None, help="edge list, adjacency matrix or .graphml (file)")
+    parser.add_argument("--n-eff-gamma", type=float, default=topologies.N_EFF_GAMMA, help="decay of n_eff")
     parser.add_argument("--out", default=None, help="PNG path (default <name>-<K>.png)")
     args = parser.parse_args(argv)
     name = args.name.strip().lower().replace("_", "-")
@@ -48,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         w = topologies.mixing_matrix(graph, args.mixing)
     except topologies.TopologyError as exc:
         parser.error(str(exc))
-    print(table(name, args.mixing, topologies.statistics(graph, w)))
+    print(table(name, args.mixing, topologies.statistics(graph, w, args.n_eff_gamma)))
     out = topologies.draw(graph, w, args.out or f"{name}-{args.n}.png")
     print(f"wrote {out}")
     return 0

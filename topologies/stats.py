@@ -6,6 +6,7 @@ import networkx as nx
 import numpy as np
 
 from p2pfl.records import TopologyRecord, TopologyStats
+from topologies.measures import N_EFF_GAMMA, n_eff, p_worst
 
 TOL = 1e-9
 
@@ -26,8 +27,13 @@ def second_eigenvalue_modulus(w: np.ndarray) -> float:
     return float(moduli[1]) if moduli.size > 1 else 0.0
 
 
-def statistics(graph: nx.Graph, w: np.ndarray) -> TopologyStats:
-    """JSON-ready statistics: spectral gap, |λ2|, diameter, degrees, consensus shares, stochasticity."""
+#: `p_source` of a p computed from W itself (a changing network's run records its estimate instead).
+CLOSED_FORM = "closed form"
+
+
+def statistics(graph: nx.Graph, w: np.ndarray, gamma: float = N_EFF_GAMMA) -> TopologyStats:
+    """JSON-ready statistics: spectral gap, |λ2|, p and n_eff(γ) (topologies.measures), diameter, degrees,
+    consensus shares, stochasticity."""
     w = np.asarray(w, dtype=np.float64)
     deg = np.array([d for _, d in sorted(graph.degree)], dtype=np.float64)
     lam2 = second_eigenvalue_modulus(w)
@@ -42,6 +48,11 @@ def statistics(graph: nx.Graph, w: np.ndarray) -> TopologyStats:
         degree_max=int(deg.max()),
         lambda2=lam2,
         spectral_gap=1.0 - lam2,
+        p=p_worst(w),
+        p_worst=p_worst(w),
+        p_source=CLOSED_FORM,
+        n_eff=n_eff(w, gamma),
+        n_eff_gamma=float(gamma),
         consensus_share=[float(s) for s in share],
         max_share=float(share.max()),
         symmetric=bool(np.allclose(w, w.T, atol=TOL)),
@@ -50,8 +61,8 @@ def statistics(graph: nx.Graph, w: np.ndarray) -> TopologyStats:
     )
 
 
-def describe(graph: nx.Graph, w: np.ndarray) -> TopologyRecord:
+def describe(graph: nx.Graph, w: np.ndarray, gamma: float = N_EFF_GAMMA) -> TopologyRecord:
     """The manifest's topology record: sorted edges (i < j), the mixing matrix and its statistics."""
     edges = sorted((min(u, v), max(u, v)) for u, v in graph.edges)
     return TopologyRecord(edges=[[int(u), int(v)] for u, v in edges], mixing=np.asarray(w, dtype=np.float64).tolist(),
-                          stats=statistics(graph, w))
+                          stats=statistics(graph, w, gamma))

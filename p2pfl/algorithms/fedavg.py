@@ -28,6 +28,7 @@ from p2pfl.algorithms.peer import Peer, derived
 from p2pfl.algorithms.scoring import classifier_scores, classifier_scores_stacked
 from p2pfl.algorithms.trainer import OneBatch
 from p2pfl.data import supervised_apply, supervised_draw
+from p2pfl.heterogeneity import Loss
 from p2pfl.models import MoonNet, build_encoder
 from p2pfl.models.stacked import PeerStack
 from p2pfl.network import RoundNetwork
@@ -73,6 +74,10 @@ class FedAvg(GossipLearner):
                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Cross-entropy of MoonNet's logits (methods add their terms here)."""
         return F.cross_entropy(out[2], y), {}
+
+    def zeta2_loss(self) -> Loss:
+        """Cross-entropy of MoonNet's logits, the data term every MOON baseline shares (ζ², p2pfl.heterogeneity)."""
+        return lambda model, x, y: F.cross_entropy(model(x)[2], y)
 
     def loss(self, peer: GossipPeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The local loss on an already augmented, normalised batch (MOON's and FedProx's terms included)."""

@@ -22,6 +22,7 @@ from p2pfl.evaluation import weight_drift
 from p2pfl.gossip import exact_mean
 from p2pfl.gossip.debias import step_models
 from p2pfl.gossip.schemes import LEARNER_SCHEMES, SchemeRound
+from p2pfl.heterogeneity import Loss, at_average
 from p2pfl.models import MixableState, init_model
 from p2pfl.models.stacked import PeerStack
 from p2pfl.network import RoundNetwork
@@ -70,6 +71,11 @@ class GossipLearner(LocalTrainer):
     def score(self, model: nn.Module, peer: int | None, final: bool) -> dict[str, float]:
         """Metrics of one model (a peer's, or the network average when peer is None)."""
         return {}
+
+    def zeta2_loss(self) -> Loss | None:
+        """The supervised loss (model, normalised inputs, targets) whose gradients at the network average give
+        ζ² (p2pfl.heterogeneity); None: not measured (the self-supervised methods)."""
+        return None
 
     def score_stacked(self, stacked: nn.Module, stack: PeerStack, peers: list[int], final: bool
                       ) -> list[dict[str, float]] | None:
@@ -216,6 +222,7 @@ class GossipLearner(LocalTrainer):
                  ) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
         avg = self.average_model(net)
         avg.eval()
+        zeta2 = at_average(self, avg, net)  # collective, before any rank goes its own way
         # The evaluation's one exchange comes before the root's scoring of the average, so that no rank waits
         # on the root (and its receive timeout) while the root probes; the ranks meet again only at the gather.
         between = self.neighbour_drift(round, net) if final else {}
@@ -223,6 +230,8 @@ class GossipLearner(LocalTrainer):
         if self.ctx.world.is_root:
             scores = self.score(avg, None, final)
             metrics = {f"{k}_avg": v for k, v in scores.items()}
+            if zeta2 is not None:
+                metrics["zeta2_avg"] = zeta2
         baseline = self.baseline_here(final)
         per_peer = self.final_peer_scores(metrics, between, net, lambda p: avg) if final else {}
         self.report_baseline(metrics, baseline)

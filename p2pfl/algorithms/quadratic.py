@@ -23,7 +23,9 @@ import numpy as np
 import torch
 
 from p2pfl.algorithms.peer import derived
+from p2pfl.gossip import exact_mean
 from p2pfl.gossip.schemes import SCHEMES, SchemeRound, model, step
+from p2pfl.heterogeneity import zeta2
 from p2pfl.network import RoundNetwork
 from p2pfl.options import Check, method_options, opt
 from p2pfl.rounds import Algorithm, LocalRound, Phase, RunContext
@@ -79,16 +81,28 @@ def read_problem(path: str, n_peers: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def generated_problem(seed: int, n_peers: int, dim: int, zeta2: float) -> tuple[np.ndarray, np.ndarray]:
-    """SPEC §7's A_i = (i + 1)/√K · I_d, b_i ~ N(0, ζ²/(i + 1)² I_d) from the stream (seed, i, "quadratic")."""
-    A = np.stack([(i + 1) / math.sqrt(n_peers) * np.eye(dim) for i in range(n_peers)])
+    """SPEC §7's A_i = (i + 1)/√K · I_d, b_i ~ N(0, ζ²/(i + 1)² I_d) from the stream (seed, i, "quadratic"). A is
+    returned as its K scalars a_i (A_i = a_i I): a d × d identity per peer would cap d near 10⁴."""
+    a = np.array([(i + 1) / math.sqrt(n_peers) for i in range(n_peers)])
     b = np.stack([numpy_rng(seed, i, "quadratic").standard_normal(dim) * math.sqrt(zeta2) / (i + 1)
                   for i in range(n_peers)])
-    return A, b
+    return a, b
 
 
 def optimum(A: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """x* = argmin Σ_i ½‖A_i x − b_i‖²: least squares over the stacked A_i and b_i."""
+    """x* = argmin Σ_i ½‖A_i x − b_i‖²: Σ a_i b_i / Σ a_i² for scalar A_i = a_i I, else least squares over the
+    stacked A_i and b_i."""
+    if A.ndim == 1:
+        return (A[:, None] * b).sum(0) / (A ** 2).sum()
     return np.linalg.lstsq(A.reshape(-1, A.shape[-1]), b.reshape(-1), rcond=None)[0]
+
+
+def apply(A: torch.Tensor, x: torch.Tensor, transpose: bool = False) -> torch.Tensor:
+    """A_i x (or A_iᵀ x): a product with the peer's matrix, or a scale by its scalar (bitwise the same as the
+    product with a_i I)."""
+    if A.dim() == 0:
+        return A * x
+    return (A.T if transpose else A) @ x
 
 
 def _ordered_sum(values: dict[int, float]) -> float:
@@ -133,15 +147,20 @@ class Quadratic(Algorithm):
         self.x_star = torch.from_numpy(optimum(A, b)).to(self.ctx.device)
         for p in self.ctx.local_peers:
             self.peers[p] = QuadraticPeer(
-                id=p, x=torch.ones(A.shape[-1], dtype=F64, device=self.ctx.device),
+                id=p, x=torch.ones(b.shape[-1], dtype=F64, device=self.ctx.device),
                 noise=torch_generator(cfg.seed, p, "sgd-noise", self.ctx.device),
-                A=torch.from_numpy(A[p]).to(self.ctx.device), b=torch.from_numpy(b[p]).to(self.ctx.device))
-        self.ctx.record_manifest(quadratic={"dim": int(A.shape[-1]), "source": cfg.problem or "generated",
+                A=torch.as_tensor(A[p]).to(self.ctx.device), b=torch.from_numpy(b[p]).to(self.ctx.device))
+        self.ctx.record_manifest(quadratic={"dim": int(b.shape[-1]), "source": cfg.problem or "generated",
                                             "x_star_norm": float(np.linalg.norm(self.x_star.cpu().numpy()))})
 
+    @staticmethod
+    def exact_gradient(peer: QuadraticPeer, x: torch.Tensor) -> torch.Tensor:
+        """∇f_i(x) = A_iᵀ(A_i x − b_i)."""
+        return apply(peer.A, apply(peer.A, x) - peer.b, transpose=True)
+
     def gradient(self, peer: QuadraticPeer, x: torch.Tensor) -> torch.Tensor:
-        """A_iᵀ(A_i x − b_i), plus the --sgd-noise draw from the peer's stream."""
-        g = peer.A.T @ (peer.A @ x - peer.b)
+        """The exact gradient plus the --sgd-noise draw from the peer's stream."""
+        g = self.exact_gradient(peer, x)
         if self.cfg.sgd_noise > 0:
             d = x.numel()
             g += torch.randn(d, generator=peer.noise, dtype=F64, device=x.device) * math.sqrt(self.cfg.sgd_noise / d)
@@ -153,7 +172,7 @@ class Quadratic(Algorithm):
         for p in peers:
             peer = self.peers[p]
             z = model(peer.x, peer.scheme)
-            metrics[p] = {"loss": float(0.5 * (peer.A @ z - peer.b).pow(2).sum())}
+            metrics[p] = {"loss": float(0.5 * (apply(peer.A, z) - peer.b).pow(2).sum())}
             if steps == 1:
                 peer.g = self.gradient(peer, z)
                 continue
@@ -198,8 +217,23 @@ class Quadratic(Algorithm):
             out["numerator_sum"] = _ordered_sum({p: x for p, (_, x) in masses.items()})
         return out
 
+    def heterogeneity(self, net: RoundNetwork) -> float | None:
+        """ζ² at the network average x̄ of the evaluated peers' models, from the exact gradients A_iᵀ(A_i x̄ − b_i)
+        (p2pfl.heterogeneity), on rank 0; None elsewhere or with --zeta2-batch 0. Collective."""
+        if self.cfg.zeta2_batch == 0:
+            return None
+        n = len(self.evaluated(net))
+        models = {p: model(self.peers[p].x, self.peers[p].scheme) for p in self.alive_peers(net)}
+        mean = exact_mean(self.ctx.world, models, n, like=self.x_star).to(self.x_star.device)
+        grads = {p: self.exact_gradient(self.peers[p], mean) for p in models}
+        return zeta2(self.ctx.world, grads, n, self.x_star)
+
     def evaluate(self, round: int, final: bool, net: RoundNetwork
                  ) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
         d = self.x_star.numel()
         per_peer = {p: {"error": e / d} for p, e in self.errors(net).items()}
-        return self.round_metrics(round, net) or {}, per_peer
+        zeta2_avg = self.heterogeneity(net)
+        metrics = self.round_metrics(round, net) or {}
+        if zeta2_avg is not None:
+            metrics["zeta2_avg"] = zeta2_avg
+        return metrics, per_peer

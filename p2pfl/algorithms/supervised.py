@@ -18,6 +18,7 @@ from p2pfl.algorithms.scoring import (
     representation_scores_stacked,
 )
 from p2pfl.data import supervised_apply, supervised_draw
+from p2pfl.heterogeneity import Loss
 from p2pfl.models import SupervisedNet, build_encoder
 from p2pfl.models.stacked import PeerStack
 
@@ -54,6 +55,10 @@ class DecSL(GossipLearner):
 
     def criterion(self, out: torch.Tensor, y: torch.Tensor, refs: list) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return F.cross_entropy(out, y), {}
+
+    def zeta2_loss(self) -> Loss:
+        """Cross-entropy of the classifier (ζ², p2pfl.heterogeneity)."""
+        return lambda model, x, y: F.cross_entropy(model(x), y)
 
     def score(self, model: nn.Module, peer: int | None, final: bool) -> dict[str, float]:
         return {**classifier_scores(self, model), **representation_scores(self, model, peer, final)}

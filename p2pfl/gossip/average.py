@@ -30,21 +30,31 @@ def exact_mean(world: World, vectors: dict[int, torch.Tensor], n_peers: int,
     return mean.reshape(sample.shape)
 
 
-def consensus_distance(world: World, vectors: dict[int, torch.Tensor], n_peers: int,
-                       like: torch.Tensor | None = None) -> float | None:
-    """(1/K) Σ_i ‖x_i − x̄‖² / ‖x̄‖² over the K = `n_peers` peers whose vectors the ranks hold (SPEC §2);
-    collective, the value is returned on rank 0 only. A rank holding none passes `like` (see exact_mean)."""
+def spread(world: World, vectors: dict[int, torch.Tensor], n_peers: int,
+           like: torch.Tensor | None = None) -> tuple[torch.Tensor, float | None]:
+    """(x̄, Σ_i ‖x_i − x̄‖²) over the `n_peers` peers whose vectors the ranks hold, the sum taken in peer order on
+    rank 0 (None elsewhere), so it is the same float on any number of ranks. Collective; `like` as exact_mean's."""
     mean = exact_mean(world, vectors, n_peers, like)
-    denom = float(mean.pow(2).sum())
     parts = {p: float((v.detach().reshape(mean.shape).double().cpu() - mean).pow(2).sum())
              for p, v in vectors.items()}
     gathered = world.gather(parts)
     if gathered is None:
-        return None
+        return mean, None
     merged: dict[int, float] = {}
     for part in gathered:
         merged.update(part)
     total = 0.0
     for p in sorted(merged):
         total += merged[p]
+    return mean, total
+
+
+def consensus_distance(world: World, vectors: dict[int, torch.Tensor], n_peers: int,
+                       like: torch.Tensor | None = None) -> float | None:
+    """(1/K) Σ_i ‖x_i − x̄‖² / ‖x̄‖² over the K = `n_peers` peers whose vectors the ranks hold (SPEC §2);
+    collective, the value is returned on rank 0 only. A rank holding none passes `like` (see exact_mean)."""
+    mean, total = spread(world, vectors, n_peers, like)
+    if total is None:
+        return None
+    denom = float(mean.pow(2).sum())
     return total / n_peers / denom if denom > 0 else float("inf") if total > 0 else 0.0

@@ -88,7 +88,7 @@ def check_weights(scheme: str, weights: Sequence[np.ndarray]) -> None:
     """Refuse before training a d2 run whose W (any round's) has λ_min < −1/3: one line naming exact diffusion."""
     if scheme != "d2":
         return
-    for W in {id(W): W for W in weights}.values():
+    for W in {W.tobytes(): W for W in weights}.values():  # a changing network repeats its Ws: each checked once
         low = lambda_min(W)
         if low < D2_LAMBDA_MIN - D2_TOLERANCE:
             raise ValueError(f"--gossip d2: needs λ_min(W) >= -1/3, this network's W has {low:.4f}; use --gossip "
