@@ -19,7 +19,7 @@ Schedule = Callable[[float, int, int], float]
 
 OPTIMIZERS: dict[str, OptimizerFactory] = {
     "adam": lambda params, cfg: torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay),
-    "sgd": lambda params, cfg: torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
+    "sgd": lambda params, cfg: torch.optim.SGD(params, lr=cfg.lr, momentum=local_momentum(cfg),
                                                weight_decay=cfg.weight_decay),
     "adamw": lambda params, cfg: torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay),
 }
@@ -44,6 +44,13 @@ SCHEDULES: dict[str, Schedule] = {
     "cosine": _cosine,
     "step": _step,
 }
+
+
+def local_momentum(cfg: RunConfig) -> float:
+    """The momentum of the local SGD steps: --momentum, except under --gossip qgm, where --momentum is the
+    scheme's μ (applied once per round to the whole local update) and the local steps run without momentum, else
+    μ would be applied twice."""
+    return 0.0 if cfg.gossip == "qgm" else cfg.momentum
 
 
 def make_optimizer(params: Iterable[nn.Parameter], cfg: RunConfig) -> torch.optim.Optimizer:

@@ -88,8 +88,9 @@ def build_network(cfg: RunConfig) -> tuple[nx.Graph, NetworkSchedule, dict]:
     if lonely:
         option = f"--crash {cfg.crash}" if cfg.crash else f"--topology {cfg.topology}"
         raise ValueError(f"{option}: peer(s) {lonely} would have no neighbour up in any round")
-    if cfg.gossip == "d2":  # every round's W (a static network's is one array: checked once)
-        check_weights(cfg.gossip, [schedule.static_weights, *(schedule.at(t).W for t in range(1, cfg.rounds + 1))])
+    if cfg.gossip == "d2":  # every round's W (a static network's is one array: checked once; a dynamic one has none)
+        static = [schedule.static_weights] if schedule.kind == "static" else []
+        check_weights(cfg.gossip, [*static, *(schedule.at(t).W for t in range(1, cfg.rounds + 1))])
     if cfg.gossip == "relay":
         check_relay(schedule.kind, schedule.directed)
         RelayTree.of(graph)  # a disconnected graph has none: refused here, before training

@@ -334,7 +334,7 @@ def test_qgm_refuses_an_optimiser_other_than_sgd(runs_dir: Path) -> None:
 
 def test_methods_without_schemes_refuse_them(runs_dir: Path) -> None:
     """Nothing ignores --gossip silently: a method that mixes by average only says so before training."""
-    for method, scheme in (("scaffold", "d2"), ("local", "d2"), ("dec-featarc", "d2"), ("fedavg", "qgm")):
+    for method, scheme in (("scaffold", "d2"), ("local", "d2"), ("dec-featarc", "d2"), ("solo", "push-sum")):
         proc = run_job(["-m", "p2pfl.run", "--algorithm", method, "--dataset", "synthetic", "--peers", "4",
                         "--gossip", scheme, "--optimizer", "sgd", "--out", str(runs_dir), "--no-progress"], ranks=0)
         assert proc.returncode == 2
@@ -349,11 +349,15 @@ LEARNER = ["-m", "p2pfl.run", "--dataset", "synthetic", "--peers", "4", "--local
            "--no-plots", "--batch-peers", "off"]
 
 
-@pytest.mark.parametrize("scheme", ["gradient-tracking", "d2", "exact-diffusion", "relay"])
+LEARNER_SCHEMES = ("gradient-tracking", "d2", "exact-diffusion", "qgm", "push-sum", "relay")
+
+
+@pytest.mark.parametrize("scheme", LEARNER_SCHEMES)
 def test_fedavg_scheme_trains_and_resumes_exactly(runs_dir: Path, scheme: str) -> None:
-    """FedAvg under each scheme: finite losses, gradient tracking's second vector and relay's counts counted, and the
-    state the scheme keeps in the peer record (trackers, last model and G, relay messages) checkpointed, so a run
-    stopped after round 2 and resumed equals an uninterrupted one bit for bit."""
+    """FedAvg under each scheme: finite losses, gradient tracking's second vector, push-sum's weight and relay's
+    counts counted, and the state the scheme keeps in the peer record (trackers, last model and G, qgm's m,
+    push-sum's w, relay's messages) checkpointed, so a run stopped after round 2 and resumed equals an
+    uninterrupted one bit for bit."""
     args = [*LEARNER, "--algorithm", "fedavg", "--gossip", scheme, "--checkpoint-every", "1", "--out", str(runs_dir)]
     for name, rounds in (("full", 3), ("part", 2)):
         proc = run_job([*args, "--rounds", str(rounds), "--name", name], ranks=0)
@@ -368,11 +372,39 @@ def test_fedavg_scheme_trains_and_resumes_exactly(runs_dir: Path, scheme: str) -
     if scheme == "relay":  # the ring's BFS tree: 3 links both ways, each m and its count c
         per_round = 2 * 3 * (values + 1) * 4  # float32
     else:
-        per_round = 4 * 2 * values * 4 * (2 if scheme == "gradient-tracking" else 1)
+        vector_bytes = (values + (scheme == "push-sum")) * 4  # float32; w rides along
+        per_round = 4 * 2 * vector_bytes * (2 if scheme == "gradient-tracking" else 1)
     assert all(r["bytes_sent"] == per_round for r in full[1:])
 
 
-@pytest.mark.parametrize("scheme", ["gradient-tracking", "d2", "exact-diffusion", "relay"])
+def test_qgm_learner_steps_without_local_momentum(runs_dir: Path) -> None:
+    """Under qgm --momentum is μ, applied once a round by the scheme: the local SGD steps run without momentum
+    (their optimiser keeps no buffer), and the manifest says both; other schemes keep --momentum locally."""
+    import torch
+
+    from p2pfl.config import make_config
+    from p2pfl.optim import local_momentum, make_optimizer
+    for gossip, want in (("qgm", 0.0), ("average", 0.9), ("push-sum", 0.9)):
+        cfg = make_config(algorithm="fedavg", optimizer="sgd", momentum=0.9, gossip=gossip)
+        opt = make_optimizer([torch.nn.Parameter(torch.zeros(2))], cfg)
+        assert local_momentum(cfg) == want and opt.param_groups[0]["momentum"] == want
+    proc = run_job([*LEARNER, "--algorithm", "dec-sl", "--gossip", "qgm", "--momentum", "0.8", "--rounds", "1",
+                    "--out", str(runs_dir), "--name", "q"], ranks=0)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    manifest = json.loads((runs_dir / "q" / "manifest.json").read_text())
+    assert manifest["qgm"] == {"mu": 0.8, "local_momentum": 0.0}
+    assert manifest["memory"]["optimizer_bytes_per_peer"] == 0  # no momentum buffer
+
+
+def test_qgm_learner_refuses_an_optimiser_other_than_sgd(runs_dir: Path) -> None:
+    proc = run_job(["-m", "p2pfl.run", "--algorithm", "dec-sl", "--dataset", "synthetic", "--peers", "4", "--gossip",
+                    "qgm", "--optimizer", "adam", "--out", str(runs_dir), "--no-progress"], ranks=0)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--optimizer" in lines[0] and "sgd" in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("scheme", LEARNER_SCHEMES)
 def test_dec_sl_scheme_trains(runs_dir: Path, scheme: str) -> None:
     proc = run_job([*LEARNER, "--algorithm", "dec-sl", "--gossip", scheme, "--rounds", "3", "--out", str(runs_dir),
                     "--name", "sl"], ranks=0)

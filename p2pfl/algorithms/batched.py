@@ -29,6 +29,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 from torch.utils._pytree import tree_map
 
+from p2pfl import optim
 from p2pfl.algorithms.local_batch import Criterion, LocalRun, PeerBatch, Penalty, StepLoss, trainable
 from p2pfl.algorithms.peer import Peer
 from p2pfl.config import RunConfig
@@ -110,7 +111,7 @@ class BatchedPeers:
         --keep-optimizer, carrying the peers' own optimiser state."""
         cfg = self.cfg
         opt = StackedOptimizer([stack.params[k] for k in stack.trainable], cfg.optimizer, lr=self.lr_at(round),
-                               momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+                               momentum=optim.local_momentum(cfg), weight_decay=cfg.weight_decay)
         if cfg.keep_optimizer:
             opt.load_from([peer.optimizer for peer in group], [trainable(peer.model) for peer in group])
         return opt

@@ -4,6 +4,11 @@ Every peer starts from a seeded random vector and mixes it with its neighbours e
 stochastic W the average is preserved and the consensus distance falls like |λ2|^(2t). There is no local
 training, so a peer back from sitting out holds nothing stale: consensus ignores --rejoin and, under
 Metropolis, keeps the mean through failures, churn and resampling.
+
+With --gossip push-sum (SPEC §7) the peers mix column-stochastically instead (no gradient: G = 0), each holding its
+de-biased z = x/w: Σ_i x_i = Σ_i w_i z_i is kept exactly on one-way graphs too, where row-renormalised weight
+averaging drifts; `mass_shift` measures it as `mean_shift` measures the mean of the z_i, which reaches the start's
+mean as the peers agree.
 """
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ import torch
 
 from p2pfl.algorithms.peer import ConsensusPeer
 from p2pfl.gossip import exact_mean
+from p2pfl.gossip.debias import step_models, weight
+from p2pfl.gossip.schemes import SchemeRound
 from p2pfl.network import RoundNetwork
 from p2pfl.options import Check, method_options, opt
 from p2pfl.rounds import Algorithm, Phase, RunContext
@@ -36,6 +43,7 @@ class ConsensusOptions:
 class Consensus(Algorithm):
     name = "consensus"
     headline = "consensus"
+    gossip_schemes: ClassVar[tuple[str, ...]] = ("average", "push-sum")
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
@@ -57,7 +65,12 @@ class Consensus(Algorithm):
 
     def communicate(self, round: int, net: RoundNetwork) -> Phase:
         vectors = {p: peer.x for p, peer in self.peers.items() if p in net.active}
-        mixed = self.ctx.gossip.mix(vectors, net, round, memory=self.attack_memory)
+        if self.cfg.gossip == "push-sum":
+            work = SchemeRound(vectors, {p: torch.zeros_like(x) for p, x in vectors.items()}, 1.0)
+            mixed = step_models("push-sum", self.ctx.gossip, work, {p: self.peers[p].scheme for p in vectors}, net,
+                                round)
+        else:
+            mixed = self.ctx.gossip.mix(vectors, net, round, memory=self.attack_memory)
         for p, x in mixed.vectors.items():
             self.peers[p].x = x
         return Phase(events=mixed.events)
@@ -82,4 +95,14 @@ class Consensus(Algorithm):
                                                   / alive_mean.norm()),
                         "distance_to_initial_mean": float((self.peers[p].x.double().cpu() - start).norm()
                                                           / start.norm())} for p in alive}
-        return {"mean_shift": shift}, per_peer
+        metrics = {"mean_shift": shift}
+        if self.cfg.gossip == "push-sum":
+            metrics["mass_shift"] = self.mass_shift()
+        return metrics, per_peer
+
+    def mass_shift(self) -> float:
+        """Push-sum's ‖Σ_i w_i z_i / K − the start's mean‖ relative to the start's mean (all K peers, crashed
+        ones' as they were): the mass it conserves; collective."""
+        masses = {p: weight(peer.scheme, peer.x) * peer.x for p, peer in self.peers.items()}
+        mass = exact_mean(self.ctx.world, masses, self.ctx.n_peers)
+        return float((mass - self.initial_mean).norm() / self.initial_mean.norm())

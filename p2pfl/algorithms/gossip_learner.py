@@ -20,11 +20,13 @@ from p2pfl.data import ImageDataset, PeerData, SimCLRAugment, simclr_crop_scale
 from p2pfl.data.workload import Workload, load_workload
 from p2pfl.evaluation import weight_drift
 from p2pfl.gossip import exact_mean
-from p2pfl.gossip.schemes import LEARNER_SCHEMES, SchemeRound, step
+from p2pfl.gossip.debias import step_models
+from p2pfl.gossip.schemes import LEARNER_SCHEMES, SchemeRound
 from p2pfl.heterogeneity import Loss, at_average
 from p2pfl.models import MixableState, init_model
 from p2pfl.models.stacked import PeerStack
 from p2pfl.network import RoundNetwork
+from p2pfl.optim import local_momentum
 from p2pfl.rounds import LocalRound, Phase, RunContext
 from p2pfl.seeding import SHARED, torch_generator
 
@@ -140,6 +142,8 @@ class GossipLearner(LocalTrainer):
         first = self.peers[self.ctx.local_peers[0]]
         self.ctx.record_manifest(model={"name": self.cfg.model, "parameters": first.full.numel,
                                         "mixed_per_message": first.mixable.numel})
+        if self.communicates and self.cfg.gossip == "qgm":
+            self.ctx.record_manifest(qgm={"mu": self.cfg.momentum, "local_momentum": local_momentum(self.cfg)})
 
     # ------------------------------------------------------------------ communication
     def mix_sizes(self) -> list[float] | None:
@@ -174,21 +178,25 @@ class GossipLearner(LocalTrainer):
 
     def communicate_scheme(self, round: int, net: RoundNetwork) -> Phase:
         """The round of the --gossip scheme (SPEC §7) on the mixable state: G = (x − x_E)/η, x the state before
-        the local update, x_E after it, η the round's learning rate."""
+        the local update, x_E after it, η the round's learning rate; qgm's μ is --momentum. Under push-sum the
+        models are z = x/w (p2pfl.gossip.debias); state that is not mixable (FedBN's) stays the peer's own."""
         lr = self.lr_at(round)
         after = self.active_vectors(net)
         start = {p: self.peers[p].start for p in after}
-        work = SchemeRound(start, {p: (start[p] - v) / lr for p, v in after.items()}, lr, tree=self.ctx.relay_tree)
-        mixed = step(self.cfg.gossip, self.ctx.gossip, work, {p: self.peers[p].scheme for p in after}, net, round,
-                     self.mix_sizes())
+        work = SchemeRound(start, {p: (start[p] - v) / lr for p, v in after.items()}, lr, self.cfg.momentum,
+                           tree=self.ctx.relay_tree)
+        mixed = step_models(self.cfg.gossip, self.ctx.gossip, work, {p: self.peers[p].scheme for p in after}, net,
+                            round, self.mix_sizes())
         for p, vec in mixed.vectors.items():
             self.peers[p].mixable.unflatten_(vec)
         return Phase(events=mixed.events)
 
     def rejoin(self, round: int, net: RoundNetwork) -> Phase | None:
         """--rejoin mix: a peer back from sitting out first takes its fresh neighbours' mix (Gossip.pull) and
-        trains from there, as a FedAvg client starts from the current global model."""
-        if not self.communicates or self.cfg.rejoin != "mix" or not net.rejoining:
+        trains from there, as a FedAvg client starts from the current global model. Not under push-sum: a pull
+        would replace the peer's z while its w stays, creating or destroying mass; its peer goes on from its own
+        z, and the column-stochastic mixing brings it back to the network's mean."""
+        if not self.communicates or self.cfg.rejoin != "mix" or not net.rejoining or self.cfg.gossip == "push-sum":
             return None
         mixed = self.ctx.gossip.pull(self.active_vectors(net), net, round, net.rejoining, self.mix_sizes())
         for p, vec in mixed.vectors.items():

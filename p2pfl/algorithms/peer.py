@@ -40,10 +40,11 @@ class Peer:
 
 @dataclass(eq=False)
 class ConsensusPeer:
-    """A peer of the consensus check: one vector."""
+    """A peer of the consensus check: one vector (push-sum's z = x/w) and its --gossip scheme's state (w)."""
 
     id: int = field(metadata={CHECKPOINT: False})
     x: torch.Tensor
+    scheme: dict[str, torch.Tensor] = field(default_factory=dict)
     attack_memory: dict[str, Any] = field(default_factory=dict, kw_only=True)  # as Peer's
 
 

@@ -154,7 +154,7 @@ class LocalTrainer(Algorithm):
     def record_memory(self) -> None:
         """The manifest's bytes per peer: model, optimiser state (once it has stepped), training shard."""
         from p2pfl.runtime.memory import peer_bytes
-        mine = [peer_bytes(peer.model, self.cfg.optimizer, self.cfg.momentum, (peer.data.x, peer.data.y))
+        mine = [peer_bytes(peer.model, self.cfg.optimizer, optim.local_momentum(self.cfg), (peer.data.x, peer.data.y))
                 for peer in self.peers.values()]
         every = [b for part in self.ctx.world.allgather(mine) for b in part]
         shards = [b["shard_bytes"] for b in every]

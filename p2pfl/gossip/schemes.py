@@ -21,6 +21,11 @@ network carries (one-way links, failures, churn: the receivers it reaches), and 
 the share it kept, so Σ_i x_i and Σ_i w_i are transported exactly (x and w travel in one message of d + 1 values:
 a link fails for both or neither). A message rejected after it was sent loses its mass.
 
+With E > 1 local steps (the learners, and the quadratic problem's --local-steps) a scheme corrects the whole local
+update as if it were one step: G = (x − x_E)/η, x the mixable state before the E steps, x_E after them. Under qgm
+those E steps are plain SGD without momentum (--momentum is μ, applied once a round here: the peer sends
+x − η(μm + G) = x_E − ημm); under push-sum they start from z = x/w and G = (z − z_E)/η.
+
 The tracker's correction G⁺ − G needs the gradient at the mixed model, so a peer keeps WY and its last gradient
 and completes Y at the start of its next round (Y = WY + G − g). Each uses the weights of the round's surviving
 network: the second vector of gradient tracking mixes over the network the first one's exchange left (a link
@@ -62,12 +67,11 @@ from p2pfl.gossip.mix import Gossip, Mixed
 from p2pfl.gossip.rules import Rule
 from p2pfl.network.schedule import RoundNetwork
 
-#: The schemes the weight-mixing methods run (p2pfl.algorithms.gossip_learner) ...
-LEARNER_SCHEMES = ("average", "gradient-tracking", "d2", "exact-diffusion", "relay")
-#: ... and every --gossip value (p2pfl.config reads them from here): quasi-global momentum and push-sum so far on
-#: the quadratic problem only (its local steps are plain gradient steps, where a learner's local SGD would apply
-#: --momentum twice; a learner would train, evaluate and checkpoint z = x/w).
-SCHEMES = (*LEARNER_SCHEMES, "qgm", "push-sum")
+#: The schemes the weight-mixing methods run (p2pfl.algorithms.gossip_learner: under qgm their local SGD steps run
+#: without momentum, p2pfl.optim.local_momentum; under push-sum they hold z = x/w, p2pfl.gossip.debias) ...
+LEARNER_SCHEMES = ("average", "gradient-tracking", "d2", "exact-diffusion", "qgm", "push-sum", "relay")
+#: ... and every --gossip value (p2pfl.config reads them from here).
+SCHEMES = LEARNER_SCHEMES
 #: D² converges only when λ_min(W) >= −1/3 (Tang et al. 2018); an even ring with Metropolis weights sits exactly at
 #: −1/3 and must run, so the bound is relaxed by the eigensolver's rounding.
 D2_LAMBDA_MIN = -1.0 / 3.0
