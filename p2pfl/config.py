@@ -392,8 +392,10 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.gossip == "average" or (cfg.byzantine is None and cfg.aggregator == "mean" and cfg.mixing != "server"),
            "gossip", f"{cfg.gossip} mixes by the plain W-weighted mean: it does not combine with --byzantine, a robust "
            "--aggregator or --mixing server")
-    _check(cfg.gossip != "relay" or not cfg.weight_by_data, "weight_by_data",
-           "--gossip relay averages uniformly over its tree; run it without --weight-by-data")
+    _check(cfg.gossip not in ("relay", "push-sum") or not cfg.weight_by_data, "weight_by_data",
+           f"--gossip {cfg.gossip} " + ("averages uniformly over its tree" if cfg.gossip == "relay" else
+                                         "splits each sender's mass evenly over its out-links")
+           + "; run it without --weight-by-data")
     _check(cfg.gossip != "qgm" or cfg.optimizer == "sgd", "optimizer",
            f"--gossip qgm is quasi-global momentum over plain SGD steps; use --optimizer sgd, not {cfg.optimizer}")
     _check(cfg.gossip != "qgm" or 0 <= cfg.momentum < 1, "momentum",
