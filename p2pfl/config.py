@@ -89,6 +89,14 @@ class RunConfig:
                                   "--momentum), push-sum or relay (RelaySGD on the tree topology or "
                                   "the BFS spanning tree of the graph from peer 0)",
                       _owned("p2pfl.gossip.schemes", "SCHEMES"))
+    # compression: what a gossip message holds (SPEC §8, p2pfl.gossip.compress)
+    compress: str = _opt("none", "the codec of gossip messages: none (the dense vector), top-k, random-k, qsgd or "
+                                 "sign (scaled: ‖v‖₁/d · sign(v))", _owned("p2pfl.gossip.compress", "NAMES"),
+                         section="compression")
+    compress_ratio: float = _opt(0.1, "share ρ of coordinates top-k and random-k send: k = ⌈ρ·d⌉, ρ in (0, 1]",
+                                 section="compression")
+    qsgd_levels: int = _opt(4, "levels s of qsgd's stochastic rounding, >= 1 (⌈log2(s + 1)⌉ + 1 bits a coordinate)",
+                            section="compression")
     on_nonfinite: str = _opt("rollback", "a non-finite message is rejected (a failed link) and a peer whose update "
                                          "turns non-finite is rolled back to its state before the round (rollback), "
                                          "or either ends the job naming the peer (abort)", ("rollback", "abort"))
@@ -400,6 +408,10 @@ def validate(cfg: RunConfig) -> None:
            f"--gossip qgm is quasi-global momentum over plain SGD steps; use --optimizer sgd, not {cfg.optimizer}")
     _check(cfg.gossip != "qgm" or 0 <= cfg.momentum < 1, "momentum",
            f"qgm's μ must lie in [0, 1), got {cfg.momentum}")
+    _check(0.0 < cfg.compress_ratio <= 1.0, "compress_ratio", f"must lie in (0, 1], got {cfg.compress_ratio}")
+    _check(cfg.qsgd_levels >= 1, "qsgd_levels", f"must be >= 1, got {cfg.qsgd_levels}")
+    _check(cfg.compress == "none", "compress", f"'{cfg.compress}' is built (p2pfl.gossip.compress) but not yet wired "
+           "into runs (issue 27, part 2); use none")
     for name, allowed in _declared(cfg, "allowed").items():
         value = getattr(cfg, name)
         _check(value in allowed, name, f"{cfg.algorithm} allows only {', '.join(map(str, allowed))}, got '{value}'")
