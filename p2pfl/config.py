@@ -410,8 +410,12 @@ def validate(cfg: RunConfig) -> None:
            f"qgm's μ must lie in [0, 1), got {cfg.momentum}")
     _check(0.0 < cfg.compress_ratio <= 1.0, "compress_ratio", f"must lie in (0, 1], got {cfg.compress_ratio}")
     _check(cfg.qsgd_levels >= 1, "qsgd_levels", f"must be >= 1, got {cfg.qsgd_levels}")
-    _check(cfg.compress == "none", "compress", f"'{cfg.compress}' is built (p2pfl.gossip.compress) but not yet wired "
-           "into runs (issue 27, part 2); use none")
+    if cfg.compress != "none":
+        compressible = getattr(catalogue().get(cfg.algorithm, cfg), "compressible", False)
+        _check(compressible, "compress", f"{cfg.algorithm} does not mix by the W-weighted gossip --compress encodes")
+        _check(cfg.gossip == "average", "compress", f"compresses --gossip average only so far, got '{cfg.gossip}'")
+        _check(cfg.byzantine is None and cfg.aggregator == "mean" and cfg.mixing != "server", "compress",
+               "compresses the plain W-weighted mean: not with --byzantine, a robust --aggregator or --mixing server")
     for name, allowed in _declared(cfg, "allowed").items():
         value = getattr(cfg, name)
         _check(value in allowed, name, f"{cfg.algorithm} allows only {', '.join(map(str, allowed))}, got '{value}'")

@@ -115,6 +115,8 @@ class Algorithm:
     allowed: ClassVar[dict[str, tuple[Any, ...]]] = {}
     #: The --gossip schemes it runs (p2pfl.gossip.schemes); any other is refused before training.
     gossip_schemes: ClassVar[tuple[str, ...]] = ("average",)
+    #: Whether its W-weighted mix runs through Gossip.mix / the average scheme, so --compress encodes its messages.
+    compressible: ClassVar[bool] = False
 
     @classmethod
     def runs(cls, cfg: RunConfig) -> type[Algorithm]:

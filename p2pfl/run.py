@@ -15,7 +15,8 @@ from p2pfl.comm.placement import Placement
 from p2pfl.comm.transport import Transport
 from p2pfl.comm.world import World
 from p2pfl.config import ResolvedRun, RunConfig, parse_args, resolve, to_yaml
-from p2pfl.gossip import CheckedExchange, Gossip
+from p2pfl.gossip import CheckedExchange, Gossip, compress
+from p2pfl.gossip.codec import Codec
 from p2pfl.gossip.schemes import RelayTree, check_relay, check_weights
 from p2pfl.network import NetworkSchedule
 from p2pfl.network.mixing_rate import network_p
@@ -29,6 +30,12 @@ from p2pfl.runtime.manifest import base_manifest
 from p2pfl.runtime.precision import precision
 from p2pfl.runtime.progress import placement_table
 from p2pfl.runtime.runfolder import RunFolder, make_run_dir
+
+
+def compressor(cfg: RunConfig) -> Codec | None:
+    """The codec of the gossip mix's messages (--compress), None for dense messages."""
+    return None if cfg.compress == "none" else compress.make(cfg.compress, cfg.compress_ratio, cfg.qsgd_levels,
+                                                            cfg.seed)
 
 
 def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunContext:
@@ -71,7 +78,8 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
         if warning:
             print(f"p2pfl: warning: {warning}", flush=True)
     ctx = RunContext(cfg=cfg, world=world, graph=graph, schedule=schedule, placement=placement,
-                     transport=transport, checked=checked, gossip=Gossip(checked, robust, cfg.seed), device=device,
+                     transport=transport, checked=checked, gossip=Gossip(checked, robust, cfg.seed, compressor(cfg)),
+                     device=device,
                      run_dir=run_dir, folder=folder, spec=run.spec, robust=robust)
     if cfg.gossip == "relay":
         ctx.relay_tree = RelayTree.of(graph)

@@ -2,7 +2,9 @@
 what decode(encode(v)) is, where its randomness comes from, its contraction and the exact size of its message."""
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +16,8 @@ from p2pfl.gossip.compress.qsgd import QSGD
 from p2pfl.gossip.compress.randomk import RandomK
 from p2pfl.gossip.compress.sign import Sign
 from p2pfl.gossip.compress.topk import TopK
+
+from conftest import run_job
 
 HEADER = 16  # int64 d and the dtype code
 F32 = 4  # bytes of a float32
@@ -273,9 +277,41 @@ def test_none_is_the_identity_and_names_are_closed() -> None:
     ({"compress_ratio": 0}, "--compress-ratio: must lie in (0, 1]"),
     ({"compress_ratio": 1.5}, "--compress-ratio: must lie in (0, 1]"),
     ({"qsgd_levels": 0}, "--qsgd-levels: must be >= 1"),
-    ({"compress": "top-k"}, "--compress: 'top-k' is built"),
+    ({"compress": "top-k", "gossip": "d2", "algorithm": "quadratic"}, "--compress: compresses --gossip average only"),
+    ({"compress": "sign", "algorithm": "scaffold"}, "--compress: scaffold does not mix by the W-weighted gossip"),
+    ({"compress": "qsgd", "byzantine": "1"}, "--compress: compresses the plain W-weighted mean"),
 ])
 def test_bad_compression_options_end_in_one_line(values: dict, message: str) -> None:
     with pytest.raises(ConfigError) as err:
         make_config(**values)
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+# --- in a run (--gossip average: compressed messages, no error feedback)
+
+
+def _rounds(run_dir: Path) -> list[dict]:
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in lines if r["type"] == "round" and r["round"] > 0]
+
+
+def _consensus(runs_dir: Path, name: str, *extra: str) -> Path:
+    args = ["-m", "p2pfl.run", "--algorithm", "consensus", "--peers", "6", "--rounds", "2", "--topology", "cycle",
+            "--vector-size", "20000", "--out", str(runs_dir), "--name", name, "--no-progress", "--no-plots", *extra]
+    proc = run_job(args, ranks=0)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return runs_dir / name
+
+
+def test_bytes_sent_are_the_encoded_messages(runs_dir: Path) -> None:
+    """Each peer of the cycle sends its top-k message (ρ = 0.01 of 20000 float32) to its two neighbours a round."""
+    rounds = _rounds(_consensus(runs_dir, "top-k", "--compress", "top-k", "--compress-ratio", "0.01"))
+    message = HEADER + F32 * 200 + math.ceil(200 * 15 / 8)
+    assert all(r["bytes_sent_per_peer"] == {str(p): 2 * message for p in range(6)} for r in rounds)
+    dense = _rounds(_consensus(runs_dir, "dense"))
+    assert all(r["bytes_sent_per_peer"] == {str(p): 2 * F32 * 20000 for p in range(6)} for r in dense)
+
+
+def test_a_poisoned_compressed_message_is_rejected(runs_dir: Path) -> None:
+    rounds = _rounds(_consensus(runs_dir, "nan", "--compress", "random-k", "--fault", "nan@2:1"))
+    assert rounds[0]["rejected"] == [[1, 2], [3, 2]] and math.isfinite(rounds[-1]["consensus_distance"])

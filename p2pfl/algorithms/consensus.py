@@ -44,6 +44,7 @@ class Consensus(Algorithm):
     name = "consensus"
     headline = "consensus"
     gossip_schemes: ClassVar[tuple[str, ...]] = ("average", "push-sum")
+    compressible: ClassVar[bool] = True
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)

@@ -98,6 +98,7 @@ class DecFeatARC(DecSSL):
     defaults = {**DecSSL.defaults, "rejoin": "stale"}
     allowed = {"rejoin": ("stale",), "byzantine": (None,)}
     gossip_schemes = ("average",)  # it mixes per cluster (mix_clusters), not by W
+    compressible = False
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

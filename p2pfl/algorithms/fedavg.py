@@ -98,6 +98,7 @@ class Solo(FedAvg):
     name = "solo"
     communicates = False
     gossip_schemes = ("average",)
+    compressible = False
 
 
 @dataclass(eq=False)
@@ -163,6 +164,7 @@ class Scaffold(FedAvg):
     record: ClassVar[type[Peer]] = ScaffoldPeer
     batchable = False  # its correction runs after every optimiser step of each peer
     gossip_schemes = ("average",)  # its second message (the control variates) is its own scheme
+    compressible = False  # the control variates would travel compressed too
     allowed = {"optimizer": ("sgd",)}  # the correction w -= lr·(c − c_i) is a plain SGD step (docstring above)
 
     def init_peer(self, peer: ScaffoldPeer) -> None:

@@ -54,6 +54,7 @@ class GossipLearner(LocalTrainer):
     record: ClassVar[type[Peer]] = GossipPeer
     peers: dict[int, GossipPeer]
     gossip_schemes: ClassVar[tuple[str, ...]] = LEARNER_SCHEMES
+    compressible: ClassVar[bool] = True
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)

@@ -134,6 +134,7 @@ class Quadratic(Algorithm):
     defaults: ClassVar[dict[str, Any]] = {"dtype": "float64", "optimizer": "sgd"}
     allowed: ClassVar[dict[str, tuple[Any, ...]]] = {"optimizer": ("sgd",)}  # plain gradient steps
     gossip_schemes: ClassVar[tuple[str, ...]] = SCHEMES
+    compressible: ClassVar[bool] = True
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)

@@ -54,12 +54,12 @@ class Attacking(Wrapping):
 
 
 class Poisoned(Wrapping):
-    """--fault nan@PEER:ROUND: the listed senders' payloads are all NaN (a test of the non-finite checks)."""
+    """--fault nan@PEER:ROUND: the listed senders send `inner`'s encoding of an all-NaN vector (a test of the
+    non-finite checks; a compressor's message of it decodes non-finite)."""
 
     def __init__(self, inner: Codec, peers: Collection[int]) -> None:
         super().__init__(inner)
         self.peers = peers
 
     def encode(self, peer: int, vector: torch.Tensor, round: int) -> torch.Tensor:
-        payload = self.inner.encode(peer, vector, round)
-        return torch.full_like(payload, float("nan")) if peer in self.peers else payload
+        return self.inner.encode(peer, torch.full_like(vector, float("nan")) if peer in self.peers else vector, round)

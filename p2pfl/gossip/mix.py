@@ -9,7 +9,7 @@ import torch
 
 from p2pfl.byzantine import OMNISCIENT, Adversary, Robust, Scratch
 from p2pfl.gossip.checked import CheckedExchange, Events, Tamper
-from p2pfl.gossip.codec import Attacking
+from p2pfl.gossip.codec import Attacking, Codec, Poisoned
 from p2pfl.gossip.rules import RobustRule, Rule, weighted_sum
 from p2pfl.network.schedule import HUB, RoundNetwork
 
@@ -28,9 +28,12 @@ class Gossip:
     """The run's gossip: `mix` picks the server's two hops (--mixing server), the robust rule (--byzantine or a
     robust --aggregator) or the W-weighted mean."""
 
-    def __init__(self, checked: CheckedExchange, robust: Robust, seed: int) -> None:
+    def __init__(self, checked: CheckedExchange, robust: Robust, seed: int, compressor: Codec | None = None) -> None:
         self.checked, self.robust, self.seed = checked, robust, seed
         self.scratch = Scratch()  # the robust aggregators' room, reused round after round
+        #: --compress: the codec of the W-weighted mix's messages (None: the exchange's own, dense); the other
+        #: exchanges (the server's hops, a returning peer's pull) stay dense.
+        self.compressor = None if compressor is None else Poisoned(compressor, checked.faults.poisoned)
 
     def mix(self, vectors: dict[int, torch.Tensor], net: RoundNetwork, round: int,
             sizes: Sequence[float] | None = None, memory: Callable[[int], dict] | None = None) -> Mixed:
@@ -42,7 +45,7 @@ class Gossip:
             codec = Attacking(self.checked.codec, self.robust, self.seed, memory)
             rule = RobustRule(self.robust, sizes, self.scratch)
             return self.combine(vectors, net, round, rule, codec, self.adversary(vectors, net, sizes))
-        return self.combine(vectors, net, round, Rule(sizes))
+        return self.combine(vectors, net, round, Rule(sizes), self.compressor)
 
     def adversary(self, vectors: dict[int, torch.Tensor], net: RoundNetwork, sizes: Sequence[float] | None = None
                   ) -> Tamper | None:
@@ -55,7 +58,7 @@ class Gossip:
         return lambda p, got: adversary.forge(p, vectors[p], got, net.row(p, sizes))
 
     def combine(self, vectors: dict[int, torch.Tensor], net: RoundNetwork, round: int, rule: Rule,
-                codec: Attacking | None = None, tamper: Tamper | None = None) -> Mixed:
+                codec: Codec | None = None, tamper: Tamper | None = None) -> Mixed:
         """Exchange along the round's links (`tamper`: omniscient attackers on the receivers' side) and combine
         with `rule`. A non-finite message is rejected: every rank learns of it, the link counts as failed for the
         round and the weights are recomputed, so the result equals a round in which that link failed. Only the

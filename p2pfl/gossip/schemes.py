@@ -189,7 +189,7 @@ def step(scheme: str, gossip: Gossip, work: SchemeRound, state: dict[int, dict[s
     left and their events. `state[p]` (the peer's record's dict) is updated in place."""
     x, g, lr = work.x, work.g, work.lr
     if scheme == "average":
-        return gossip.combine({p: x[p] - lr * g[p] for p in x}, net, round, Rule(sizes))
+        return gossip.combine({p: x[p] - lr * g[p] for p in x}, net, round, Rule(sizes), gossip.compressor)
     if scheme == "gradient-tracking":
         y = {}
         for p in x:
