@@ -86,8 +86,9 @@ class RunConfig:
                       ("float32", "float64"))
     gossip: str = _opt("average", "how a round combines with the network (SPEC §7): average (D-PSGD), "
                                   "gradient-tracking, d2, exact-diffusion, qgm (quasi-global momentum, μ = "
-                                  "--momentum), push-sum or relay (RelaySGD on the tree topology or "
-                                  "the BFS spanning tree of the graph from peer 0)",
+                                  "--momentum), push-sum, relay (RelaySGD on the tree topology or "
+                                  "the BFS spanning tree of the graph from peer 0) or choco (CHOCO-SGD with "
+                                  "--compress and --consensus-step, SPEC §8; --algorithm quadratic)",
                       _owned("p2pfl.gossip.schemes", "SCHEMES"))
     # compression: what a gossip message holds (SPEC §8, p2pfl.gossip.compress)
     compress: str = _opt("none", "the codec of gossip messages: none (the dense vector), top-k, random-k, qsgd or "
@@ -95,6 +96,7 @@ class RunConfig:
                          section="compression")
     compress_ratio: float = _opt(0.1, "share ρ of coordinates top-k and random-k send: k = ⌈ρ·d⌉, ρ in (0, 1]",
                                  section="compression")
+    consensus_step: float = _opt(1.0, "CHOCO's consensus step γ in (0, 1] (--gossip choco)", section="compression")
     qsgd_levels: int = _opt(4, "levels s of qsgd's stochastic rounding, >= 1 (⌈log2(s + 1)⌉ + 1 bits a coordinate)",
                             section="compression")
     on_nonfinite: str = _opt("rollback", "a non-finite message is rejected (a failed link) and a peer whose update "
@@ -410,10 +412,16 @@ def validate(cfg: RunConfig) -> None:
            f"qgm's μ must lie in [0, 1), got {cfg.momentum}")
     _check(0.0 < cfg.compress_ratio <= 1.0, "compress_ratio", f"must lie in (0, 1], got {cfg.compress_ratio}")
     _check(cfg.qsgd_levels >= 1, "qsgd_levels", f"must be >= 1, got {cfg.qsgd_levels}")
+    _check(0.0 < cfg.consensus_step <= 1.0, "consensus_step", f"must lie in (0, 1], got {cfg.consensus_step}")
+    _check(cfg.gossip != "choco" or (cfg.link_failure == 0 and cfg.churn == 0 and cfg.participation == 1
+                                     and cfg.crash is None and not cfg.resample), "gossip",
+           "choco keeps its public copies on a fixed network only so far (issue 27): no --link-failure, --churn, "
+           "--participation below 1, --crash or --resample")
     if cfg.compress != "none":
         compressible = getattr(catalogue().get(cfg.algorithm, cfg), "compressible", False)
         _check(compressible, "compress", f"{cfg.algorithm} does not mix by the W-weighted gossip --compress encodes")
-        _check(cfg.gossip == "average", "compress", f"compresses --gossip average only so far, got '{cfg.gossip}'")
+        _check(cfg.gossip in ("average", "choco"), "compress",
+               f"compresses --gossip average and choco only so far, got '{cfg.gossip}'")
         _check(cfg.byzantine is None and cfg.aggregator == "mean" and cfg.mixing != "server", "compress",
                "compresses the plain W-weighted mean: not with --byzantine, a robust --aggregator or --mixing server")
     for name, allowed in _declared(cfg, "allowed").items():

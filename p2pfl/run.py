@@ -16,6 +16,7 @@ from p2pfl.comm.transport import Transport
 from p2pfl.comm.world import World
 from p2pfl.config import ResolvedRun, RunConfig, parse_args, resolve, to_yaml
 from p2pfl.gossip import CheckedExchange, Gossip, compress
+from p2pfl.gossip.choco import check_choco
 from p2pfl.gossip.codec import Codec
 from p2pfl.gossip.schemes import RelayTree, check_relay, check_weights
 from p2pfl.network import NetworkSchedule
@@ -99,6 +100,8 @@ def build_network(cfg: RunConfig) -> tuple[nx.Graph, NetworkSchedule, dict]:
     if cfg.gossip == "d2":  # every round's W (a static network's is one array: checked once; a dynamic one has none)
         static = [schedule.static_weights] if schedule.kind == "static" else []
         check_weights(cfg.gossip, [*static, *(schedule.at(t).W for t in range(1, cfg.rounds + 1))])
+    if cfg.gossip == "choco":
+        check_choco(schedule.kind, schedule.directed)
     if cfg.gossip == "relay":
         check_relay(schedule.kind, schedule.directed)
         RelayTree.of(graph)  # a disconnected graph has none: refused here, before training
