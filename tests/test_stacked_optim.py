@@ -34,7 +34,7 @@ class PerPeer:
     """P separate models' parameters, each with its own torch.optim optimiser."""
 
     def __init__(self, kind: str, settings: dict, rows: list[torch.Tensor]) -> None:
-        cfg = SimpleNamespace(**{"momentum": 0.0, "weight_decay": 0.0, **settings})
+        cfg = SimpleNamespace(**{"momentum": 0.0, "weight_decay": 0.0, "gossip": "average", **settings})
         self.params = [[nn.Parameter(t[i].clone()) for t in rows] for i in range(P)]
         self.opts = [OPTIMIZERS[kind](ps, cfg) for ps in self.params]
 
