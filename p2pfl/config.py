@@ -413,10 +413,6 @@ def validate(cfg: RunConfig) -> None:
     _check(0.0 < cfg.compress_ratio <= 1.0, "compress_ratio", f"must lie in (0, 1], got {cfg.compress_ratio}")
     _check(cfg.qsgd_levels >= 1, "qsgd_levels", f"must be >= 1, got {cfg.qsgd_levels}")
     _check(0.0 < cfg.consensus_step <= 1.0, "consensus_step", f"must lie in (0, 1], got {cfg.consensus_step}")
-    _check(cfg.gossip != "choco" or (cfg.link_failure == 0 and cfg.churn == 0 and cfg.participation == 1
-                                     and cfg.crash is None and not cfg.resample), "gossip",
-           "choco keeps its public copies on a fixed network only so far (issue 27): no --link-failure, --churn, "
-           "--participation below 1, --crash or --resample")
     if cfg.compress != "none":
         compressible = getattr(catalogue().get(cfg.algorithm, cfg), "compressible", False)
         _check(compressible, "compress", f"{cfg.algorithm} does not mix by the W-weighted gossip --compress encodes")

@@ -43,7 +43,7 @@ class ConsensusOptions:
 class Consensus(Algorithm):
     name = "consensus"
     headline = "consensus"
-    gossip_schemes: ClassVar[tuple[str, ...]] = ("average", "push-sum")
+    gossip_schemes: ClassVar[tuple[str, ...]] = ("average", "push-sum", "choco")
     compressible: ClassVar[bool] = True
 
     def __init__(self, ctx: RunContext) -> None:
@@ -66,10 +66,11 @@ class Consensus(Algorithm):
 
     def communicate(self, round: int, net: RoundNetwork) -> Phase:
         vectors = {p: peer.x for p, peer in self.peers.items() if p in net.active}
-        if self.cfg.gossip == "push-sum":
-            work = SchemeRound(vectors, {p: torch.zeros_like(x) for p, x in vectors.items()}, 1.0)
-            mixed = step_models("push-sum", self.ctx.gossip, work, {p: self.peers[p].scheme for p in vectors}, net,
-                                round)
+        if self.cfg.gossip in ("push-sum", "choco"):  # choco with no gradient: CHOCO-gossip
+            work = SchemeRound(vectors, {p: torch.zeros_like(x) for p, x in vectors.items()}, 1.0,
+                               consensus_step=self.cfg.consensus_step, support=self.ctx.graph)
+            mixed = step_models(self.cfg.gossip, self.ctx.gossip, work, {p: self.peers[p].scheme for p in vectors},
+                                net, round)
         else:
             mixed = self.ctx.gossip.mix(vectors, net, round, memory=self.attack_memory)
         for p, x in mixed.vectors.items():

@@ -185,7 +185,7 @@ class GossipLearner(LocalTrainer):
         after = self.active_vectors(net)
         start = {p: self.peers[p].start for p in after}
         work = SchemeRound(start, {p: (start[p] - v) / lr for p, v in after.items()}, lr, self.cfg.momentum,
-                           tree=self.ctx.relay_tree)
+                           tree=self.ctx.relay_tree, consensus_step=self.cfg.consensus_step, support=self.ctx.graph)
         mixed = step_models(self.cfg.gossip, self.ctx.gossip, work, {p: self.peers[p].scheme for p in after}, net,
                             round, self.mix_sizes())
         for p, vec in mixed.vectors.items():

@@ -186,7 +186,7 @@ class Quadratic(Algorithm):
     def communicate(self, round: int, net: RoundNetwork) -> Phase:
         active = [p for p in sorted(self.peers) if p in net.active]
         work = SchemeRound({p: self.peers[p].x for p in active}, {p: self.peers[p].g for p in active}, self.cfg.lr,
-                           self.cfg.momentum, self.ctx.relay_tree, self.cfg.consensus_step)
+                           self.cfg.momentum, self.ctx.relay_tree, self.cfg.consensus_step, self.ctx.graph)
         mixed = step(self.cfg.gossip, self.ctx.gossip, work, {p: self.peers[p].scheme for p in active}, net, round)
         for p, x in mixed.vectors.items():
             self.peers[p].x = x

@@ -69,11 +69,10 @@ from p2pfl.gossip.rules import Rule
 from p2pfl.network.schedule import RoundNetwork
 
 #: The schemes the weight-mixing methods run (p2pfl.algorithms.gossip_learner: under qgm their local SGD steps run
-#: without momentum, p2pfl.optim.local_momentum; under push-sum they hold z = x/w, p2pfl.gossip.debias) ...
-LEARNER_SCHEMES = ("average", "gradient-tracking", "d2", "exact-diffusion", "qgm", "push-sum", "relay")
-#: ... and every --gossip value (p2pfl.config reads them from here): CHOCO-SGD (p2pfl.gossip.choco) on the quadratic
-#: problem so far.
-SCHEMES = (*LEARNER_SCHEMES, "choco")
+#: without momentum, p2pfl.optim.local_momentum; under push-sum they hold z = x/w, p2pfl.gossip.debias; choco is
+#: CHOCO-SGD, p2pfl.gossip.choco), which are every --gossip value (p2pfl.config reads them from here).
+LEARNER_SCHEMES = ("average", "gradient-tracking", "d2", "exact-diffusion", "qgm", "push-sum", "relay", "choco")
+SCHEMES = LEARNER_SCHEMES
 #: D² converges only when λ_min(W) >= −1/3 (Tang et al. 2018); an even ring with Metropolis weights sits exactly at
 #: −1/3 and must run, so the bound is relaxed by the eigensolver's rounding.
 D2_LAMBDA_MIN = -1.0 / 3.0
@@ -184,6 +183,7 @@ class SchemeRound:
     momentum: float = 0.0  # qgm's μ
     tree: RelayTree | None = None  # relay's spanning tree
     consensus_step: float = 1.0  # CHOCO's γ
+    support: nx.Graph | None = None  # the links a round may use (CHOCO keeps messages for them; None: every pair)
 
 
 def step(scheme: str, gossip: Gossip, work: SchemeRound, state: dict[int, dict[str, torch.Tensor]],
@@ -233,7 +233,7 @@ def step(scheme: str, gossip: Gossip, work: SchemeRound, state: dict[int, dict[s
         assert work.tree is not None, "--gossip relay needs the run's RelayTree"
         return relay(gossip, work, state, net, round, work.tree)
     if scheme == "choco":
-        return choco(gossip, x, g, lr, work.consensus_step, state, net, round, sizes)
+        return choco(gossip, x, g, lr, work.consensus_step, state, net, round, sizes, work.support)
     raise ValueError(f"--gossip: unknown scheme {scheme!r}; allowed: {', '.join(SCHEMES)}")
 
 
