@@ -175,6 +175,15 @@ class Algorithm:
         those of alive peers."""
         return None
 
+    def mixed_vector(self) -> tuple[int, torch.dtype] | None:
+        """The length and dtype of the vector a peer's gossip message carries (what --compress encodes), once set
+        up; None when the method mixes none. By default that of its first consensus vector."""
+        vectors = self.consensus_vectors()
+        if not vectors:
+            return None
+        first = vectors[min(vectors)]
+        return first.numel(), first.dtype
+
     def round_metrics(self, round: int, net: RoundNetwork) -> dict[str, float] | None:
         """Network-level numbers for every round record, round 0's (the start) included (collective; rank 0's
         value is recorded; None: none, the default)."""

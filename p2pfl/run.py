@@ -18,6 +18,8 @@ from p2pfl.config import ResolvedRun, RunConfig, parse_args, resolve, to_yaml
 from p2pfl.gossip import CheckedExchange, Gossip, compress
 from p2pfl.gossip.choco import check_choco
 from p2pfl.gossip.codec import Codec
+from p2pfl.gossip.compress.base import Compressor
+from p2pfl.gossip.compress.records import Compression, describe
 from p2pfl.gossip.schemes import RelayTree, check_relay, check_weights
 from p2pfl.network import NetworkSchedule
 from p2pfl.network.mixing_rate import network_p
@@ -37,6 +39,16 @@ def compressor(cfg: RunConfig) -> Codec | None:
     """The codec of the gossip mix's messages (--compress), None for dense messages."""
     return None if cfg.compress == "none" else compress.make(cfg.compress, cfg.compress_ratio, cfg.qsgd_levels,
                                                             cfg.seed)
+
+
+def compression_record(cfg: RunConfig, algorithm: Algorithm) -> Compression:
+    """manifest["compression"]: the codec, its parameters and one message's bytes on the method's mixed vector."""
+    mixed = algorithm.mixed_vector()
+    assert mixed is not None, f"--compress: {cfg.algorithm} has no mixed vector"
+    codec = compressor(cfg)
+    assert isinstance(codec, Compressor)
+    step = cfg.consensus_step if cfg.gossip == "choco" else None
+    return describe(cfg.compress, codec, cfg.compress_ratio, cfg.qsgd_levels, step, *mixed)
 
 
 def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunContext:
@@ -150,6 +162,8 @@ def build_algorithm(ctx: RunContext) -> Algorithm:
     """The configured algorithm with its peers set up (bad input ends every rank cleanly)."""
     algorithm = algorithms.get(ctx.cfg.algorithm, ctx.cfg)(ctx)
     agree(ctx.world, algorithm.setup)
+    if ctx.cfg.compress != "none":
+        ctx.record_manifest(compression=compression_record(ctx.cfg, algorithm))
     return algorithm
 
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import get_type_hints
 
 import pytest
 import torch
+from test_records import problems
 
 from p2pfl.config import ConfigError, make_config
 from p2pfl.gossip.codec import Codec
 from p2pfl.gossip.compress import NAMES, bits, make
 from p2pfl.gossip.compress.qsgd import QSGD
 from p2pfl.gossip.compress.randomk import RandomK
+from p2pfl.gossip.compress.records import CompressedManifest, Compression
 from p2pfl.gossip.compress.sign import Sign
 from p2pfl.gossip.compress.topk import TopK
 
@@ -277,8 +280,10 @@ def test_none_is_the_identity_and_names_are_closed() -> None:
     ({"compress_ratio": 0}, "--compress-ratio: must lie in (0, 1]"),
     ({"compress_ratio": 1.5}, "--compress-ratio: must lie in (0, 1]"),
     ({"qsgd_levels": 0}, "--qsgd-levels: must be >= 1"),
-    ({"compress": "top-k", "gossip": "d2", "algorithm": "quadratic"}, "--compress: compresses --gossip average and choco only"),
+    ({"compress": "top-k", "gossip": "d2", "algorithm": "quadratic"},
+     "--compress: compresses --gossip average and choco only"),
     ({"compress": "sign", "algorithm": "scaffold"}, "--compress: scaffold does not mix by the W-weighted gossip"),
+    ({"compress": "top-k", "algorithm": "local"}, "--compress: local does not mix by the W-weighted gossip"),
     ({"compress": "qsgd", "byzantine": "1"}, "--compress: compresses the plain W-weighted mean"),
 ])
 def test_bad_compression_options_end_in_one_line(values: dict, message: str) -> None:
@@ -308,8 +313,43 @@ def test_bytes_sent_are_the_encoded_messages(runs_dir: Path) -> None:
     rounds = _rounds(_consensus(runs_dir, "top-k", "--compress", "top-k", "--compress-ratio", "0.01"))
     message = HEADER + F32 * 200 + math.ceil(200 * 15 / 8)
     assert all(r["bytes_sent_per_peer"] == {str(p): 2 * message for p in range(6)} for r in rounds)
-    dense = _rounds(_consensus(runs_dir, "dense"))
-    assert all(r["bytes_sent_per_peer"] == {str(p): 2 * F32 * 20000 for p in range(6)} for r in dense)
+    dense = _consensus(runs_dir, "dense")
+    assert all(r["bytes_sent_per_peer"] == {str(p): 2 * F32 * 20000 for p in range(6)} for r in _rounds(dense))
+    assert "compression" not in _manifest(dense)
+
+
+def _manifest(run_dir: Path) -> dict:
+    return json.loads((run_dir / "manifest.json").read_text())
+
+
+def test_the_manifest_records_the_codec_and_its_exact_message_bytes(runs_dir: Path) -> None:
+    """top-k at ρ = 0.01 of d = 3000 float32: k = 30 values and 30 indices of ⌈log2 3000⌉ = 12 bits (45 bytes)."""
+    d, k = 3000, 30
+    message = HEADER + F32 * k + math.ceil(k * math.ceil(math.log2(d)) / 8)
+    manifest = _manifest(_consensus(runs_dir, "top-k", "--compress", "top-k", "--compress-ratio", "0.01",
+                                    "--vector-size", str(d)))
+    assert problems(manifest, CompressedManifest, "manifest") == []
+    entry = manifest["compression"]
+    assert set(entry) == set(get_type_hints(Compression))
+    assert entry == {"codec": "top-k", "ratio": 0.01, "kept": k, "qsgd_levels": None, "consensus_step": None,
+                     "d": d, "dtype": "float32", "message_bytes": message, "dense_bytes": F32 * d,
+                     "bytes_ratio": message / (F32 * d)}
+    assert message == 181 == TopK(0.01).size(d, torch.float32)
+
+
+def test_the_manifest_records_choco_s_step_and_qsgd_s_levels(runs_dir: Path) -> None:
+    """qsgd with s = 4 on the quadratic's d = 300 float64: one scale and 300 codes of ⌈log2 5⌉ + 1 = 4 bits."""
+    d = 300
+    args = ["-m", "p2pfl.run", "--algorithm", "quadratic", "--peers", "4", "--rounds", "1", "--topology", "cycle",
+            "--dim", str(d), "--gossip", "choco", "--consensus-step", "0.25", "--compress", "qsgd",
+            "--qsgd-levels", "4", "--out", str(runs_dir), "--name", "qsgd", "--no-progress", "--no-plots"]
+    proc = run_job(args, ranks=0)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    entry = _manifest(runs_dir / "qsgd")["compression"]
+    message = HEADER + 8 + math.ceil(d * (math.ceil(math.log2(4 + 1)) + 1) / 8)
+    assert entry == {"codec": "qsgd", "ratio": None, "kept": None, "qsgd_levels": 4, "consensus_step": 0.25,
+                     "d": d, "dtype": "float64", "message_bytes": message, "dense_bytes": 8 * d,
+                     "bytes_ratio": message / (8 * d)}
 
 
 def test_a_poisoned_compressed_message_is_rejected(runs_dir: Path) -> None:

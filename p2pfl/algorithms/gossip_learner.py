@@ -207,6 +207,10 @@ class GossipLearner(LocalTrainer):
     def consensus_vectors(self) -> dict[int, torch.Tensor]:
         return {p: peer.mixable.flatten(peer.buffer) for p, peer in self.peers.items()}
 
+    def mixed_vector(self) -> tuple[int, torch.dtype]:
+        first = self.peers[self.ctx.local_peers[0]].mixable
+        return first.numel, first.dtype
+
     # ------------------------------------------------------------------ evaluation
     def average_model(self, net: RoundNetwork) -> nn.Module:
         """The network average x̄ of the full states (BatchNorm included) of the peers alive in `net`;

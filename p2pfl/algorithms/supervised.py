@@ -75,6 +75,7 @@ class Local(DecSL):
 
     name = "local"
     communicates = False
+    compressible = False  # nothing travels
     gossip_schemes = ("average",)
 
     @classmethod
