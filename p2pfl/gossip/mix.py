@@ -35,13 +35,6 @@ class Gossip:
         #: exchanges (the server's hops, a returning peer's pull) stay dense.
         self.compressor = None if compressor is None else Poisoned(compressor, checked.faults.poisoned)
 
-    def own_copy(self, peer: int, vector: torch.Tensor, round: int) -> torch.Tensor:
-        """What `peer`'s receivers decode of its `vector` in `round` under --compress (the fault injection aside):
-        CHOCO's sender adds it to its own public copy."""
-        assert isinstance(self.compressor, Poisoned), "own_copy is for compressed gossip"
-        codec = self.compressor.inner
-        return codec.decode(peer, codec.encode(peer, vector, round), round)
-
     def mix(self, vectors: dict[int, torch.Tensor], net: RoundNetwork, round: int,
             sizes: Sequence[float] | None = None, memory: Callable[[int], dict] | None = None) -> Mixed:
         """x_i <- the rule's combination for every local active peer (`vectors` holds theirs)."""
