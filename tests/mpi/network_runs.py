@@ -33,9 +33,10 @@ RUNS: dict[str, list[str]] = {
 }
 
 
-def main(out: str) -> None:
+def main(out: str, runs: dict[str, list[str]] = RUNS) -> None:
+    """Each of `runs` in turn, in this job's world, into OUT/<name>."""
     world = World.detect()
-    for name, args in RUNS.items():
+    for name, args in runs.items():
         _run(world, [*args, "--out", out, "--name", name, "--timeout", "30", "--no-progress", "--no-plots"])
 
 
