@@ -134,8 +134,8 @@ def test_choco_on_failing_networks_is_choco_with_current_copies(runs_dir: Path, 
 
 # ------------------------------------------------------------------ CHOCO-gossip: the mean kept, geometric convergence
 
-#: γ per codec: sign's δ = ‖v‖₁²/(d‖v‖²) falls as the differences it sends thin out, so it needs a smaller step.
-CODEC_GAMMA = {"none": 0.3, "top-k": 0.3, "random-k": 0.3, "qsgd": 0.3, "sign": 0.05}
+#: γ per codec (too large a γ for the codec and graph diverges, as CHOCO theory says): sign's δ = ‖v‖₁²/(d‖v‖²) falls as the differences it sends thin out, so it needs a smaller step.
+CODEC_GAMMA = {"none": 0.3, "top-k": 0.3, "random-k": 0.2, "qsgd": 0.3, "sign": 0.05}
 CK, CD, CROUNDS = 8, 50, 300
 
 
@@ -196,7 +196,7 @@ def test_learner_choco_compressed_sends_its_codec_and_learns_on(runs_dir: Path) 
     size = manifest["compression"]["message_bytes"]
     rounds = [r for r in records if r["type"] == "round" and r["round"] > 0]
     assert all(r["bytes_sent_per_peer"] == {str(p): 2 * size for p in range(4)} for r in rounds)
-    assert all(math.isfinite(r["loss"]) for r in rounds)
+    assert all(math.isfinite(r["loss_mean"]) for r in rounds)
 
 
 def test_choco_resumes_exactly(runs_dir: Path) -> None:

@@ -184,6 +184,8 @@ class GossipLearner(LocalTrainer):
         lr = self.lr_at(round)
         after = self.active_vectors(net)
         start = {p: self.peers[p].start for p in after}
+        if self.cfg.gossip == "choco":  # CHOCO needs only x½ = x_E: passed as it is (G = 0), not rebuilt from G
+            start = after
         work = SchemeRound(start, {p: (start[p] - v) / lr for p, v in after.items()}, lr, self.cfg.momentum,
                            tree=self.ctx.relay_tree, consensus_step=self.cfg.consensus_step, support=self.ctx.graph)
         mixed = step_models(self.cfg.gossip, self.ctx.gossip, work, {p: self.peers[p].scheme for p in after}, net,
