@@ -134,7 +134,8 @@ def test_choco_on_failing_networks_is_choco_with_current_copies(runs_dir: Path, 
 
 # ------------------------------------------------------------------ CHOCO-gossip: the mean kept, geometric convergence
 
-#: γ per codec (too large a γ for the codec and graph diverges, as CHOCO theory says): sign's δ = ‖v‖₁²/(d‖v‖²) falls as the differences it sends thin out, so it needs a smaller step.
+#: γ per codec (too large a γ for the codec and graph diverges, as CHOCO theory says): sign's δ = ‖v‖₁²/(d‖v‖²)
+#: falls as the differences it sends thin out, so it needs a smaller step.
 CODEC_GAMMA = {"none": 0.3, "top-k": 0.3, "random-k": 0.2, "qsgd": 0.3, "sign": 0.05}
 CK, CD, CROUNDS = 8, 50, 300
 
