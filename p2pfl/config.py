@@ -88,7 +88,7 @@ class RunConfig:
                                   "gradient-tracking, d2, exact-diffusion, qgm (quasi-global momentum, μ = "
                                   "--momentum), push-sum, relay (RelaySGD on the tree topology or "
                                   "the BFS spanning tree of the graph from peer 0) or choco (CHOCO-SGD with "
-                                  "--compress and --consensus-step, SPEC §8; --algorithm quadratic)",
+                                  "--compress and --consensus-step, SPEC §8)",
                       _owned("p2pfl.gossip.schemes", "SCHEMES"))
     # compression: what a gossip message holds (SPEC §8, p2pfl.gossip.compress)
     compress: str = _opt("none", "the codec of gossip messages: none (the dense vector), top-k, random-k, qsgd or "
@@ -417,7 +417,7 @@ def validate(cfg: RunConfig) -> None:
         compressible = getattr(catalogue().get(cfg.algorithm, cfg), "compressible", False)
         _check(compressible, "compress", f"{cfg.algorithm} does not mix by the W-weighted gossip --compress encodes")
         _check(cfg.gossip in ("average", "choco"), "compress",
-               f"compresses --gossip average and choco only so far, got '{cfg.gossip}'")
+               f"compresses --gossip average (no error feedback) and choco, got '{cfg.gossip}'")
         _check(cfg.byzantine is None and cfg.aggregator == "mean" and cfg.mixing != "server", "compress",
                "compresses the plain W-weighted mean: not with --byzantine, a robust --aggregator or --mixing server")
     for name, allowed in _declared(cfg, "allowed").items():
