@@ -19,7 +19,7 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from p2pfl.fedmuscle.records import TASK_METRIC, TASK_METRIC_NAME
@@ -251,16 +251,22 @@ def write_study_report(study_dir: str | os.PathLike, out: str | os.PathLike | No
     return text, [md_path, folder / "table.csv", *figures.values()]
 
 
-def _study_main(study_dir: str, out: str | None, plots: bool, metric: str | None) -> int:
-    """The study report: print the markdown, write report.md, table.csv and the figures."""
+def print_written(prog: str, write: Callable[[], tuple[str, list[Path]]]) -> int:
+    """Run ``write`` (a study's markdown and the files written), print the markdown and the files; 2 on a
+    StudyFolderError, said on stderr as ``prog: ...``."""
     try:
-        text, written = write_study_report(study_dir, out, plots=plots, metric=metric)
+        text, written = write()
     except StudyFolderError as exc:
-        print(f"analysis.report: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     print(text)
-    print(f"analysis.report: wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
+    print(f"{prog}: wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
     return 0
+
+
+def _study_main(study_dir: str, out: str | None, plots: bool, metric: str | None) -> int:
+    """The study report: print the markdown, write report.md, table.csv and the figures."""
+    return print_written("analysis.report", lambda: write_study_report(study_dir, out, plots=plots, metric=metric))
 
 
 if __name__ == "__main__":
