@@ -1,5 +1,5 @@
 """Under mpirun: --gossip average with every --compress codec, on consensus and on the quadratic problem, all in
-one job (and CHOCO on the quadratic problem with each codec).
+one job (and CHOCO on the quadratic problem with each codec, links failing and peers churning).
 
 Run as `mpirun -n R python tests/mpi/compress_runs.py OUT`; each run writes its folder OUT/<algorithm>-<codec>.
 tests/test_compress_ranks.py compares the metrics of the same runs on 1, 2 and 4 ranks (8 peers on a cycle, float64).
@@ -20,7 +20,8 @@ PROBLEMS: dict[str, list[str]] = {
     "quadratic": ["--algorithm", "quadratic", "--dim", "40", "--dtype", "float64", "--lr", "0.05", "--sgd-noise", "0.1",
                   "--eval-every", "0", "--gossip", "average"],
     "choco": ["--algorithm", "quadratic", "--dim", "40", "--dtype", "float64", "--lr", "0.05", "--sgd-noise", "0.1",
-              "--eval-every", "0", "--gossip", "choco", "--consensus-step", "0.3"],
+              "--eval-every", "0", "--gossip", "choco", "--consensus-step", "0.3", "--link-failure", "0.3",
+              "--churn", "0.2"],  # lagging links: replays and resets travel between ranks
 }
 RUNS: dict[str, list[str]] = {f"{problem}-{codec}": [*COMMON, *args, "--compress", codec]
                               for problem, args in PROBLEMS.items() for codec in NAMES}
