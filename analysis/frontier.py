@@ -7,7 +7,8 @@ final metric's mean and 95% Student-t half-width (analysis.study.mean_ci; none f
 over the run (the sum of every round record's ``bytes_sent``, all peers) and the bytes one peer sends in one
 round (Run.bytes_sent_per_peer_round), both means over the seeds, and the byte ratio reference total / arm total
 ("how many times fewer bytes"). A run whose round records have a non-finite (or missing-as-null) ``loss_mean``
-is marked diverged; it stays in its arm with its metric as recorded.
+is marked diverged; it stays in its arm (a finite final metric, such as chance accuracy, counts in the interval; a
+non-finite one is left out of it, its bytes kept).
 
 The reference arm is the one whose label is LABEL (default ``dense``): its full label ("codec=dense,
 consensus_step=1"), its axis labels joined by "/" ("dense/1"), or its label on one axis ("dense"). When several
@@ -189,7 +190,8 @@ def frontier_markdown(study: Study, all_arms: Sequence[Arm], ref: Arm, how: str,
              f"Study folder `{study.path}`; metric `{metric}` (final eval), mean over the finished seeds ± the "
              f"{CONFIDENCE:.0%} Student-t half-width; total bytes: every round's bytes_sent (all peers) summed over "
              "the run, mean over seeds; × fewer bytes: the reference's total / the arm's. Diverged: a round with a "
-             "non-finite loss_mean (the arm keeps its metric as recorded).", "", how + ".", "",
+             "non-finite loss_mean (the arm keeps a finite final metric; a non-finite one is left out of the "
+             "interval).", "", how + ".", "",
              "Rule: " + VERDICT_RULE + ".", "", _md_table(header, rows), "", *threshold_lines(all_arms, ref), ""]
     if figure:
         parts += [f"![frontier]({figure})", ""]

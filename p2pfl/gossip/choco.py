@@ -166,7 +166,7 @@ def choco(gossip: Gossip, x: dict[int, torch.Tensor], g: dict[int, torch.Tensor]
 def _opened(codec: Codec, sender: int, payload: torch.Tensor, copy: torch.Tensor) -> torch.Tensor:
     """The receiver's new copy of `sender`'s x̂ from a lagging link's bundle: the reset, or `copy` plus the
     replayed messages in the order the sender added them (so both ends round alike)."""
-    opened = bundle.open_(payload, copy)
+    opened = bundle.open_(payload.to(copy.device), copy)  # a rank that sent nothing here receives on the CPU
     if isinstance(opened, torch.Tensor):
         return opened
     for r, message in opened:

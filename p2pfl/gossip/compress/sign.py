@@ -21,7 +21,8 @@ class Sign(Compressor):
 
     def compress(self, peer: int, vector: torch.Tensor, round: int) -> tuple[torch.Tensor, torch.Tensor]:
         d = vector.numel()
-        scale = torch.linalg.vector_norm(vector, ord=1) / max(d, 1)
+        wide = torch.promote_types(vector.dtype, torch.float32)  # ‖v‖₁ of a long half vector overflows in half
+        scale = (torch.linalg.vector_norm(vector, ord=1, dtype=wide) / max(d, 1)).to(vector.dtype)
         return scale.reshape(1), bits.pack((vector < 0).to(torch.uint8), 1)
 
     def expand(self, sender: int, msg: Message, round: int) -> torch.Tensor:
