@@ -281,7 +281,7 @@ def test_none_is_the_identity_and_names_are_closed() -> None:
     ({"compress_ratio": 1.5}, "--compress-ratio: must lie in (0, 1]"),
     ({"qsgd_levels": 0}, "--qsgd-levels: must be >= 1"),
     ({"compress": "top-k", "gossip": "d2", "algorithm": "quadratic"},
-     "--compress: compresses --gossip average and choco only"),
+     "--compress: compresses --gossip average (no error feedback) and choco"),
     ({"compress": "sign", "algorithm": "scaffold"}, "--compress: scaffold does not mix by the W-weighted gossip"),
     ({"compress": "top-k", "algorithm": "local"}, "--compress: local does not mix by the W-weighted gossip"),
     ({"compress": "qsgd", "byzantine": "1"}, "--compress: compresses the plain W-weighted mean"),
