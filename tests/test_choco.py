@@ -208,14 +208,8 @@ def test_choco_resumes_exactly(runs_dir: Path) -> None:
             "float64", "--topology", "cycle", "--link-failure", "0.4", "--gossip", "choco", "--compress", "random-k",
             "--compress-ratio", "0.1", "--consensus-step", "0.4", "--eval-every", "1", "--checkpoint-every", "1",
             "--no-progress", "--no-plots"]
-    for name, rounds in (("full", 8), ("part", 3)):
-        proc = run_job([*base, "--rounds", str(rounds), "--out", str(runs_dir), "--name", name], ranks=0)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-    proc = run_job([*base, "--rounds", "8", "--resume", str(runs_dir / "part")], ranks=0)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-
-    def numbers(run: str) -> list:
-        return [(r.get("metrics"), r.get("consensus_distance"), r.get("bytes_sent_per_peer"))
-                for r in map(json.loads, (runs_dir / run / "metrics.jsonl").read_text().splitlines())
-                if r["type"] in ("round", "eval")]
-    assert numbers("part") == numbers("full") and len(numbers("full")) >= 16
+    from test_schemes_dynamic_networks import resumed_and_uninterrupted
+    full, resumed = resumed_and_uninterrupted(runs_dir, base, rounds=8, stop=3)
+    numbers = [[(r.get("metrics"), r.get("consensus_distance"), r.get("bytes_sent_per_peer")) for r in run]
+               for run in (full, resumed)]
+    assert numbers[1] == numbers[0] and len(numbers[0]) >= 16

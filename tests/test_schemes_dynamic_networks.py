@@ -207,13 +207,18 @@ def test_consensus_push_sum_resumes_exactly(runs_dir: Path) -> None:
     base = ["-m", "p2pfl.run", "--algorithm", "consensus", "--peers", str(K), "--vector-size", "20", "--vector-dtype",
             "float64", "--topology", "one-peer-exponential", "--link-failure", "0.3", "--gossip", "push-sum",
             "--eval-every", "1", "--checkpoint-every", "1", "--no-progress", "--no-plots"]
-    for name, rounds in (("full", 6), ("part", 3)):
-        proc = run_job([*base, "--rounds", str(rounds), "--out", str(runs_dir), "--name", name], ranks=0)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-    proc = run_job([*base, "--rounds", "6", "--resume", str(runs_dir / "part")], ranks=0)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    full, resumed = resumed_and_uninterrupted(runs_dir, base, rounds=6, stop=3)
+    numbers = [[r.get("metrics", r.get("consensus_distance")) for r in run] for run in (full, resumed)]
+    assert numbers[1] == numbers[0] and len(numbers[0]) >= 12
 
-    def numbers(run: str) -> list:
-        return [r.get("metrics", r.get("consensus_distance")) for r in _lines(runs_dir / run)
-                if r["type"] in ("round", "eval")]
-    assert numbers("part") == numbers("full") and len(numbers("full")) >= 12
+
+def resumed_and_uninterrupted(runs_dir: Path, base: list[str], rounds: int, stop: int) -> tuple[list, list]:
+    """The round and eval records of `base` run for `rounds` rounds, and of the same run stopped after `stop` and
+    resumed to `rounds` (its --checkpoint-every must save at `stop`)."""
+    for name, n in (("full", rounds), ("part", stop)):
+        proc = run_job([*base, "--rounds", str(n), "--out", str(runs_dir), "--name", name], ranks=0)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = run_job([*base, "--rounds", str(rounds), "--resume", str(runs_dir / "part")], ranks=0)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return tuple([r for r in _lines(runs_dir / run) if r["type"] in ("round", "eval")]  # type: ignore[return-value]
+                 for run in ("full", "part"))

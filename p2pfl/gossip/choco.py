@@ -111,8 +111,8 @@ def choco(gossip: Gossip, x: dict[int, torch.Tensor], g: dict[int, torch.Tensor]
         hat[p] = old + inner.decode(p, clean, round)
         s[f"log{round}"] = clean  # a lagging link's replay holds it; dropped at the end once nobody needs it
     # which links lag (their receiver holds an older x̂ than the last one): known to every rank
-    lagging = {(j, i) for i in x for j in net.incoming.get(i, ())
-               if int(state[i].get("since", torch.full((net.n_peers,), -1))[j]) < _int(state[i], "changed")}
+    lagging = {(j, i) for i in x if "changed" in state[i] for j in net.incoming.get(i, ())  # "since" comes with it
+               if int(state[i]["since"][j]) < int(state[i]["changed"])}
     lagging = {tuple(pair) for part in gossip.checked.world.allgather(sorted(lagging)) for pair in part}
     synced = {j: tuple(i for i in senders if (j, i) not in lagging) for j, senders in net.incoming.items()}
     first = gossip.checked.exchange(sent, round, {j: s for j, s in synced.items() if s}, net=net,
