@@ -52,6 +52,8 @@ def test_a_new_codec_changes_the_wire_and_nothing_else() -> None:
         want = sum(w * (x[j] if j == p else half[j]) for j, w in net.row(p))
         assert torch.allclose(mixed.vectors[p], want, rtol=0, atol=1e-12)
     assert sum(transport.stats.peer_sent.values()) == 2 * K * 64 * 2  # two neighbours each, 2 bytes a value
+    # per link, both ways round the cycle: the sizes the simulated clock times (p2pfl.network.timing)
+    assert dict(transport.stats.link_sent) == {(q, p): 64 * 2 for p in range(K) for q in ((p - 1) % K, (p + 1) % K)}
 
 
 def test_a_new_rule_runs_with_the_same_checks() -> None:

@@ -61,6 +61,8 @@ class CommStats:
     header_recv: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     peer_sent: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     peer_recv: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    #: logical bytes per (sender, receiver) link of a local sender: what the simulated clock times (SPEC §9)
+    link_sent: dict[tuple[int, int], int] = field(default_factory=lambda: defaultdict(int))
     time_comm_s: float = 0.0
     time_wait_s: float = 0.0
 
@@ -336,10 +338,11 @@ class Transport:
                 inbox[q] = payloads[q] if q in payloads else received[q]
                 self.stats.peer_recv[p] += nbytes(inbox[q])
             out[p] = inbox
-        for senders in links.values():
+        for p, senders in links.items():
             for q in senders:
                 if q in payloads and q not in withheld and self.placement.rank_of(q) == self.world.rank:
                     self.stats.peer_sent[q] += nbytes(payloads[q])
+                    self.stats.link_sent[(q, p)] += nbytes(payloads[q])
         return out
 
     def _wait(self, pending: Pending, requests: list[MPI.Request], owner: list[int]) -> None:

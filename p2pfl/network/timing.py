@@ -1,0 +1,130 @@
+"""The network model of simulated time (SPEC §9): what a local step and a message cost in seconds.
+
+Every peer i has a compute time per local step c_i; every link (i, j) a latency a_ij; every peer an upload
+capacity U_i and a download capacity D_i in bytes per second, shared equally by its concurrent transfers. A
+message of S bytes from i to j takes
+
+    a_ij + S / min(U_i / k_i, D_j / k_j),
+
+k_i the number of transfers i sends in the round and k_j the number j receives. A synchronous round costs each
+peer its compute (its local steps times c_i, a straggler's share of them included) plus its slowest transfer, one
+it sends or one it receives; the round ends when the slowest peer is done. Infinite capacities (the default)
+make a transfer cost its latency alone.
+
+The model is a pure function of the options and the seed: c_i = c · exp(σ z_i) with z_i ~ N(0, 1) from the
+stream (seed, i, "compute-time") (a log-normal spread of median c), or a trace of per-peer seconds; peers listed
+as slow take `factor` times longer. Every rank builds the same model.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from p2pfl.seeding import numpy_rng
+
+Link = tuple[int, int]  # (sender, receiver)
+
+
+@dataclass(frozen=True)
+class RoundTime:
+    """One synchronous round in simulated seconds: the round's duration and, per peer, its compute, its slowest
+    transfer and its idle time (waiting for the slowest peer)."""
+
+    duration: float
+    compute: dict[int, float]
+    transfer: dict[int, float]
+    idle: dict[int, float]
+
+
+@dataclass(frozen=True)
+class NetworkModel:
+    """Per-peer compute seconds per local step, per-link latency seconds (K × K) and per-peer upload and download
+    capacities in bytes per second (np.inf: unlimited)."""
+
+    compute: np.ndarray
+    latency: np.ndarray
+    upload: np.ndarray
+    download: np.ndarray
+
+    def __post_init__(self) -> None:
+        k = len(self.compute)
+        for name, shape in (("latency", (k, k)), ("upload", (k,)), ("download", (k,))):
+            if getattr(self, name).shape != shape:
+                raise ValueError(f"network model: {name} must have shape {shape}, got {getattr(self, name).shape}")
+        for name in ("compute", "latency", "upload", "download"):
+            values = getattr(self, name)
+            if np.isnan(values).any() or (values < 0).any():
+                raise ValueError(f"network model: {name} must be non-negative numbers")
+        if (self.upload == 0).any() or (self.download == 0).any():
+            raise ValueError("network model: a bandwidth must be positive (np.inf: unlimited)")
+
+    @property
+    def n_peers(self) -> int:
+        return len(self.compute)
+
+    def transfers(self, sizes: Mapping[Link, int]) -> dict[Link, float]:
+        """Seconds of each of a round's concurrent transfers, (sender, receiver) -> S bytes."""
+        sends = np.zeros(self.n_peers, dtype=int)
+        receives = np.zeros(self.n_peers, dtype=int)
+        for i, j in sizes:
+            sends[i] += 1
+            receives[j] += 1
+        out = {}
+        for (i, j), size in sizes.items():
+            rate = min(self.upload[i] / sends[i], self.download[j] / receives[j])
+            out[(i, j)] = float(self.latency[i, j] + (size / rate if size else 0.0))
+        return out
+
+    def round_time(self, steps: Mapping[int, float], sizes: Mapping[Link, int]) -> RoundTime:
+        """A synchronous round of the peers in `steps` (peer -> local steps it takes, fractional for a straggler
+        doing part of them) exchanging `sizes` (SPEC §9; see the module docstring)."""
+        compute = {p: float(n * self.compute[p]) for p, n in steps.items()}
+        slowest = dict.fromkeys(steps, 0.0)
+        for (i, j), seconds in self.transfers(sizes).items():
+            for p in (i, j):
+                if p in slowest:
+                    slowest[p] = max(slowest[p], seconds)
+        done = {p: compute[p] + slowest[p] for p in steps}
+        duration = max(done.values(), default=0.0)
+        return RoundTime(duration, compute, slowest, {p: duration - t for p, t in done.items()})
+
+
+def compute_times(n_peers: int, seed: int, seconds: float, spread: float = 0.0, trace: str | Path | None = None,
+                  slow: Collection[int] = (), factor: float = 1.0) -> np.ndarray:
+    """c_i per peer: the trace's (one number per peer, in peer order: a CSV or text column), or `seconds` with a
+    log-normal spread σ = `spread` (median `seconds`); the `slow` peers' times multiplied by `factor`."""
+    if trace is not None:
+        values = np.loadtxt(trace, delimiter="," if str(trace).endswith(".csv") else None, ndmin=1, dtype=float)
+        values = values.reshape(-1)
+        if len(values) != n_peers:
+            raise ValueError(f"--compute-trace {trace}: {len(values)} times for {n_peers} peers")
+    else:
+        z = np.array([numpy_rng(seed, p, "compute-time").standard_normal() for p in range(n_peers)])
+        values = seconds * np.exp(spread * z) if spread else np.full(n_peers, float(seconds))
+    values = values.astype(float).copy()
+    for p in slow:
+        values[p] *= factor
+    return values
+
+
+def latencies(n_peers: int, seconds: float = 0.0, matrix: str | Path | None = None) -> np.ndarray:
+    """a_ij: one constant for every link, or a K × K matrix file (.npy, or CSV / whitespace text)."""
+    if matrix is None:
+        return np.full((n_peers, n_peers), float(seconds))
+    path = Path(matrix)
+    values = np.load(path) if path.suffix == ".npy" else np.loadtxt(path, delimiter="," if path.suffix == ".csv"
+                                                                    else None, ndmin=2)
+    if values.shape != (n_peers, n_peers):
+        raise ValueError(f"--latency-matrix {matrix}: shape {values.shape}, need ({n_peers}, {n_peers})")
+    return values.astype(float)
+
+
+def bandwidths(n_peers: int, bytes_per_s: float = 0.0) -> np.ndarray:
+    """One capacity for every peer in bytes per second (0: unlimited)."""
+    return np.full(n_peers, float(bytes_per_s) if bytes_per_s > 0 else np.inf)
+
+
+__all__ = ["Link", "NetworkModel", "RoundTime", "bandwidths", "compute_times", "latencies"]
