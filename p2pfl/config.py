@@ -99,6 +99,30 @@ class RunConfig:
     consensus_step: float = _opt(1.0, "CHOCO's consensus step γ in (0, 1] (--gossip choco)", section="compression")
     qsgd_levels: int = _opt(4, "levels s of qsgd's stochastic rounding, >= 1 (⌈log2(s + 1)⌉ + 1 bits a coordinate)",
                             section="compression")
+    # time: the simulated clock (SPEC §9, p2pfl.network.timing) and asynchronous gossip
+    mode: str = _opt("sync", "sync (rounds) or async (AD-PSGD: each peer computes, then averages with one "
+                             "neighbour, in simulated-time order; needs the clock)", ("sync", "async"), section="time")
+    compute_time: float = _opt(0.0, "simulated seconds of one local step (0: no simulated clock unless another time "
+                                    "option is set)", section="time")
+    compute_spread: float = _opt(0.0, "log-normal spread σ of the peers' step times around --compute-time (median), "
+                                      "drawn from (seed, peer, 'compute-time')", section="time")
+    compute_trace: str | None = _opt(None, "file of per-peer seconds per local step (one per peer, CSV or text), "
+                                           "instead of --compute-time", section="time")
+    straggler_slowdown: float = _opt(1.0, "the --stragglers peers' step time is this many times longer (>= 1)",
+                                     section="time")
+    latency: float = _opt(0.0, "simulated seconds of every link's latency", section="time")
+    latency_matrix: str | None = _opt(None, "K x K file of per-link latencies in seconds (.npy, CSV or text), "
+                                            "instead of --latency", section="time")
+    upload_rate: float = _opt(0.0, "every peer's upload capacity in bytes/s, shared by its concurrent transfers "
+                              "(0: unlimited)", section="time")
+    download_rate: float = _opt(0.0, "every peer's download capacity in bytes/s, shared likewise (0: unlimited)",
+                                section="time")
+    sim_time: float = _opt(0.0, "--mode async: end at this simulated time in seconds (0: --updates ends it)",
+                           section="time")
+    updates: int = _opt(0, "--mode async: end after this many local updates over all peers (0: --sim-time ends "
+                           "it; with neither, --rounds x peers)", section="time")
+    eval_every_s: float = _opt(0.0, "--mode async: evaluate every this many simulated seconds (0: only at the end)",
+                               section="time")
     on_nonfinite: str = _opt("rollback", "a non-finite message is rejected (a failed link) and a peer whose update "
                                          "turns non-finite is rolled back to its state before the round (rollback), "
                                          "or either ends the job naming the peer (abort)", ("rollback", "abort"))
@@ -189,6 +213,14 @@ class RunConfig:
                 if name in section.__dataclass_fields__:
                     return getattr(section, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def clock(self) -> bool:
+        """Whether the run keeps a simulated clock (SPEC §9): async does; a synchronous run once a time option
+        is set."""
+        return (self.mode == "async" or self.compute_time > 0 or self.compute_trace is not None or self.latency > 0
+                or self.latency_matrix is not None or self.upload_rate > 0
+                or self.download_rate > 0)
 
     def to_dict(self) -> dict[str, Any]:
         """The options (not `from_method`), as config.yaml and the manifest record them."""
@@ -382,6 +414,40 @@ def _check(ok: bool, option: str, message: str) -> None:
         raise ConfigError(f"{_flag(option)}: {message}")
 
 
+def _validate_time(cfg: RunConfig) -> None:
+    """The simulated clock's options, and what --mode async runs on (a static network of peers always up,
+    mixing by the plain pairwise mean)."""
+    for name in ("compute_time", "compute_spread", "latency", "upload_rate", "download_rate", "sim_time",
+                 "eval_every_s"):
+        value = getattr(cfg, name)
+        _check(value >= 0 and value == value, name, f"must be >= 0, got {value}")
+    _check(cfg.straggler_slowdown >= 1.0, "straggler_slowdown", f"must be >= 1, got {cfg.straggler_slowdown}")
+    _check(cfg.updates >= 0, "updates", f"must be >= 0, got {cfg.updates}")
+    for name in ("compute_trace", "latency_matrix"):
+        path = getattr(cfg, name)
+        _check(path is None or os.path.isfile(path), name, f"file not found: {path}")
+    if cfg.mode != "async":
+        for name in ("sim_time", "updates", "eval_every_s"):
+            _check(not getattr(cfg, name), name, "belongs to --mode async (synchronous runs count --rounds and "
+                                                 "--eval-every)")
+        return
+    method = catalogue().get(cfg.algorithm, cfg)
+    _check(getattr(method, "asynchronous", False), "mode",
+           f"{cfg.algorithm} has no asynchronous form (async runs the weight-mixing learners and consensus)")
+    _check(cfg.compute_time > 0 or cfg.compute_trace is not None, "mode",
+           "async orders its events by simulated time: give --compute-time or --compute-trace")
+    _check(cfg.gossip == "average" and cfg.compress == "none", "mode",
+           "async averages pairwise with dense models: --gossip average, --compress none")
+    _check(cfg.byzantine is None and cfg.aggregator == "mean" and cfg.mixing != "server" and not cfg.weight_by_data,
+           "mode", "async averages pairwise by the plain mean: not with --byzantine, a robust --aggregator, "
+                   "--mixing server or --weight-by-data")
+    _check(cfg.link_failure == 0 and cfg.churn == 0 and cfg.crash is None and cfg.participation == 1.0
+           and not cfg.resample, "mode", "async runs on a static network of peers always up: not with "
+                                         "--link-failure, --churn, --crash, --participation or --resample")
+    _check(cfg.fault is None or cfg.fault.startswith("raise@"), "fault",
+           "--mode async injects only raise@RANK:ROUND (a round: a batch of its events)")
+
+
 def _check_choice(f: dataclasses.Field, value: Any) -> None:
     """The value is one its owner allows (fields without a closed set of values, and None, pass)."""
     choices = f.metadata["choices"]
@@ -420,6 +486,7 @@ def validate(cfg: RunConfig) -> None:
                f"compresses --gossip average (no error feedback) and choco, got '{cfg.gossip}'")
         _check(cfg.byzantine is None and cfg.aggregator == "mean" and cfg.mixing != "server", "compress",
                "compresses the plain W-weighted mean: not with --byzantine, a robust --aggregator or --mixing server")
+    _validate_time(cfg)
     for name, allowed in _declared(cfg, "allowed").items():
         value = getattr(cfg, name)
         _check(value in allowed, name, f"{cfg.algorithm} allows only {', '.join(map(str, allowed))}, got '{value}'")

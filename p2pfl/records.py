@@ -25,7 +25,13 @@ AVG = "_avg"
 LOSS = "loss"
 
 
-class RoundStart(TypedDict):
+class SimClock(TypedDict, total=False):
+    """The simulated clock (SPEC §9) when a record was written, in runs that keep one (round 0's: 0)."""
+
+    sim_time_s: float
+
+
+class RoundStart(SimClock):
     """Round 0: the consensus distance before any round (None for methods without one)."""
 
     type: Literal["round"]
@@ -56,7 +62,26 @@ class RobustRound(TypedDict, total=False):
     trim_lowered: list[list[int]]
 
 
-class RoundRecord(RoundStart, RobustRound):
+class SimRound(SimClock, total=False):
+    """What a run with the simulated clock (SPEC §9, p2pfl.network.timing) adds to its round records: the round's
+    simulated seconds, the clock at its end, and each active peer's compute, slowest transfer and idle seconds
+    (round 0 carries sim_time_s 0). Asynchronous runs record their events instead of the per-peer split."""
+
+    sim_round_s: float
+    sim_compute_s: dict[str, float]
+    sim_transfer_s: dict[str, float]
+    sim_idle_s: dict[str, float]
+
+
+class AsyncRound(SimClock, total=False):
+    """What an asynchronous run's round record (one batch of disjoint pairs, p2pfl.async_gossip) adds: the
+    batch's span and its events, [peer, partner, time, update, staleness] in their order."""
+
+    sim_round_s: float
+    async_events: list[list[float]]
+
+
+class RoundRecord(RoundStart, RobustRound, SimRound, AsyncRound):
     """A finished round t >= 1; bytes count every neighbour message, times are the slowest rank's.
 
     Besides these keys, each per-peer metric the method reports (e.g. `loss`) appears as `<name>`: {peer: value}
@@ -80,7 +105,7 @@ class RoundRecord(RoundStart, RobustRound):
     cut: list[list[int]]  # [receiver, neighbour] the robust aggregator clipped or trimmed (most coordinates)
 
 
-class EvalRecord(TypedDict):
+class EvalRecord(SimClock):
     """An evaluation: network-level metrics plus statistics over peers (`_peer_mean/_min/_max`), and each
     peer's own metrics (numbers, and a few labels such as the name of a peer's task metric)."""
 
@@ -91,7 +116,7 @@ class EvalRecord(TypedDict):
     per_peer: dict[str, dict[str, float | str]]
 
 
-ROUND_KEYS = RoundRecord.__required_keys__
+ROUND_KEYS = RoundRecord.__required_keys__ | SimRound.__optional_keys__ | AsyncRound.__optional_keys__
 
 
 def metric_names(record: RoundStart | RoundRecord) -> list[str]:
@@ -105,9 +130,13 @@ def finite_mean(values: Iterable[float | None]) -> float | None:
     return sum(kept) / len(kept) if kept else None
 
 
-def round_start(consensus_distance: float | None, extra: Mapping[str, float] | None = None) -> RoundStart:
-    """Round 0's record, written before the first round (with the method's round metrics of the start)."""
+def round_start(consensus_distance: float | None, extra: Mapping[str, float] | None = None,
+                sim_time_s: float | None = None) -> RoundStart:
+    """Round 0's record, written before the first round (with the method's round metrics of the start, and the
+    clock's start when the run keeps one)."""
     record = RoundStart(type="round", round=0, elapsed_s=0.0, consensus_distance=consensus_distance)
+    if sim_time_s is not None:
+        record["sim_time_s"] = sim_time_s
     record.update(extra or {})  # type: ignore[typeddict-item]
     return record
 
@@ -139,6 +168,15 @@ def round_record(round: int, elapsed_s: float, active: Iterable[int], per_peer: 
     return record  # type: ignore[return-value]
 
 
+def sim_round(duration: float, clock: float, compute: Mapping[int, float], transfer: Mapping[int, float],
+              idle: Mapping[int, float]) -> SimRound:
+    """A synchronous round's simulated time: its duration, the clock at its end, the per-peer split."""
+    return SimRound(sim_round_s=duration, sim_time_s=clock,
+                    sim_compute_s={str(p): v for p, v in sorted(compute.items())},
+                    sim_transfer_s={str(p): v for p, v in sorted(transfer.items())},
+                    sim_idle_s={str(p): v for p, v in sorted(idle.items())})
+
+
 def peer_statistics(per_peer: Mapping[int, Mapping[str, Any]]) -> dict[str, float]:
     """Mean, min and max over peers of every numeric per-peer metric, as `<name>_peer_mean` etc."""
     out: dict[str, float] = {}
@@ -152,10 +190,14 @@ def peer_statistics(per_peer: Mapping[int, Mapping[str, Any]]) -> dict[str, floa
 
 
 def eval_record(round: int, final: bool, metrics: Mapping[str, float],
-                per_peer: Mapping[int, Mapping[str, float | str]]) -> EvalRecord:
-    """The record of an evaluation: the network metrics joined by the statistics over `per_peer`."""
-    return EvalRecord(type="eval", round=round, final=final, metrics={**metrics, **peer_statistics(per_peer)},
-                      per_peer={str(p): dict(m) for p, m in per_peer.items()})
+                per_peer: Mapping[int, Mapping[str, float | str]], sim_time_s: float | None = None) -> EvalRecord:
+    """The record of an evaluation: the network metrics joined by the statistics over `per_peer` (and the
+    simulated time, when the run keeps the clock)."""
+    record = EvalRecord(type="eval", round=round, final=final, metrics={**metrics, **peer_statistics(per_peer)},
+                        per_peer={str(p): dict(m) for p, m in per_peer.items()})
+    if sim_time_s is not None:
+        record["sim_time_s"] = sim_time_s
+    return record
 
 
 # ------------------------------------------------------------------------------------------------ summary.json

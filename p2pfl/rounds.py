@@ -22,14 +22,17 @@ from p2pfl.comm.world import World
 from p2pfl.config import RunConfig
 from p2pfl.gossip import CheckedExchange, Events, Gossip, consensus_distance
 from p2pfl.network import NetworkSchedule, RoundNetwork
+from p2pfl.network.timing import NetworkModel
 from p2pfl.records import (
     EvalRecord,
     NetworkSummary,
     RoundStart,
+    SimRound,
     Summary,
     eval_record,
     round_record,
     round_start,
+    sim_round,
     summary_record,
 )
 from p2pfl.runtime.checkpoint import load_peer, load_state, record_state, restore_record, save_peer, save_state
@@ -64,6 +67,7 @@ class RunContext:
     robust: Robust = field(default_factory=lambda: Robust(frozenset()))  # attackers and the aggregator
     manifest_extra: dict[str, Any] = field(default_factory=dict)
     relay_tree: Any = None  # --gossip relay's spanning tree (p2pfl.gossip.schemes.RelayTree)
+    clock: NetworkModel | None = None  # the simulated clock's network model (SPEC §9), None when off
 
     @property
     def n_peers(self) -> int:
@@ -156,6 +160,11 @@ class Algorithm:
         """The local work of the given local peers in `round` over its network `net` (none by default)."""
         return LocalRound({p: {} for p in peers})
 
+    def local_steps(self, peer: int, net: RoundNetwork) -> float:
+        """The local steps `peer` takes in the round of `net`, what the simulated clock charges its step time for
+        (SPEC §9); one by default (a method's one local computation a round)."""
+        return 1.0
+
     def rejoin(self, round: int, net: RoundNetwork) -> Phase | None:
         """Before local training: bring the peers back from sitting out (`net.rejoining`) up to date."""
         return None
@@ -164,6 +173,18 @@ class Algorithm:
         """Exchange with neighbours along `net`'s links (through `ctx.checked` or `ctx.gossip`) and combine;
         returns the phase's per-peer metrics and events."""
         return None
+
+    #: Whether --mode async runs the method (AD-PSGD: `async_vector` / `load_async_vector` read and write the
+    #: vector a pair averages, and its peers' records hold a `scheme` dict, where the pending update waits).
+    asynchronous: ClassVar[bool] = False
+
+    def async_vector(self, peer: int) -> torch.Tensor:
+        """A copy of the vector local `peer` averages under --mode async."""
+        raise NotImplementedError
+
+    def load_async_vector(self, peer: int, vector: torch.Tensor) -> None:
+        """Set local `peer`'s averaged vector (under --mode async)."""
+        raise NotImplementedError
 
     def attack_memory(self, peer: int, stream: str = "params") -> dict:
         """What attacker `peer` remembers across rounds of the vectors it sends on `stream` (its record's
@@ -225,6 +246,7 @@ class Runner:
         #: The network of the last round run (round 0's, everyone up, before the first): what evaluations use.
         self.net: RoundNetwork = ctx.schedule.at(0)
         self._links: list[tuple[int, int]] = []  # per round: (links used, links the topology offered)
+        self.sim_time = 0.0  # the simulated clock (SPEC §9) at the end of the last round, on rank 0
 
     @staticmethod
     def _parse_fault(spec: str | None) -> tuple[str | None, tuple[int, int] | None]:
@@ -259,32 +281,33 @@ class Runner:
     def run(self) -> Summary | None:
         """All rounds, evaluations and the summary; returns the summary on rank 0."""
         cfg, world = self.cfg, self.world
-        progress = Progress(cfg.rounds, cfg.progress and world.is_root, f"{cfg.algorithm}/{cfg.topology}")
+        rounds = self.rounds
+        progress = Progress(rounds, cfg.progress and world.is_root, f"{cfg.algorithm}/{cfg.topology}")
         cd0 = self._consensus()
         start = self.algo.round_metrics(0, self.net) if self.first_round == 1 else None
         if world.is_root and self.first_round == 1:
-            self._log(round_start(cd0, start))
+            self._log(round_start(cd0, start, 0.0 if self.ctx.clock is not None else None))
         progress.skip(self.first_round - 1)
         signals = StopSignals().install()
         try:
-            for t in range(self.first_round, cfg.rounds + 1):
+            for t in range(self.first_round, rounds + 1):
                 record = self._round(t)
                 if world.is_root:
                     progress.update(**{self.algo.headline: record.get(f"{self.algo.headline}_mean",
                                                                       record.get(self.algo.headline)),
                                        "consensus": record.get("consensus_distance")})
-                if cfg.eval_every and t % cfg.eval_every == 0 and t != cfg.rounds:
+                if self.eval_due(t) and t != rounds:
                     self._evaluate(t, final=False)
-                saved = bool(cfg.checkpoint_every) and (t % cfg.checkpoint_every == 0 or t == cfg.rounds)
+                saved = bool(cfg.checkpoint_every) and (t % cfg.checkpoint_every == 0 or t == rounds)
                 if saved:
                     self.checkpoint(t)
-                if t < cfg.rounds and world.allreduce_max(float(signals.received is not None)) > 0:
+                if t < rounds and world.allreduce_max(float(signals.received is not None)) > 0:
                     progress.close()
                     self._preempted(t, saved, signals.name)
         finally:
             signals.restore()
         progress.close()
-        final = self._evaluate(cfg.rounds, final=True)
+        final = self._evaluate(rounds, final=True)
         peaks = world.allgather(peak_bytes(self.ctx.device))
         self.ctx.record_manifest(memory_peak={"per_rank": peaks, "max_bytes": max(p["peak_bytes"] for p in peaks)})
         extra = self.algo.summary()
@@ -292,19 +315,32 @@ class Runner:
         if not world.is_root:
             return None
         summary = summary_record(
-            algorithm=cfg.algorithm, topology=cfg.topology, peers=self.ctx.n_peers, rounds=cfg.rounds,
+            algorithm=cfg.algorithm, topology=cfg.topology, peers=self.ctx.n_peers, rounds=rounds,
             ranks=world.size, wall_s=time.time() - self.start_time, run_dir=str(self.ctx.run_dir), final=final or {},
             consensus_distance_initial=cd0, comm_per_rank=stats or [], network=self._network_summary(), extra=extra)
         self.ctx.folder.write_summary(summary)
         print(summary_lines(summary, self.algo.summary_lines(summary)), flush=True)
         return summary
 
+    @property
+    def rounds(self) -> int:
+        """How many rounds the run has."""
+        return self.cfg.rounds
+
+    def eval_due(self, t: int) -> bool:
+        """Whether an evaluation follows round t (the final one aside)."""
+        return bool(self.cfg.eval_every) and t % self.cfg.eval_every == 0
+
+    def eval_time(self, t: int, final: bool) -> float | None:
+        """The simulated time of the evaluation after round t: the clock's (None when the run keeps none)."""
+        return self.sim_time if self.ctx.clock is not None else None
+
     def _preempted(self, t: int, saved: bool, signal_name: str) -> None:
         """A stop signal reached some rank: every rank checkpoints round t and exits with PREEMPTED_EXIT."""
         if not saved:
             self.checkpoint(t)
         if self.world.is_root:
-            print(f"p2pfl: {signal_name} received: stopped after round {t} of {self.cfg.rounds} with a checkpoint; "
+            print(f"p2pfl: {signal_name} received: stopped after round {t} of {self.rounds} with a checkpoint; "
                   f"continue with --resume {self.ctx.run_dir} (exit status {PREEMPTED_EXIT})", flush=True)
             if self.ctx.folder is not None:
                 self.ctx.folder.close()
@@ -323,7 +359,8 @@ class Runner:
             save_peer(self.ctx.run_dir, peer, round, record_state(self.algo.peers[peer]))
         self.world.barrier()
         if self.world.is_root:
-            save_state(self.ctx.run_dir, round, self.ctx.n_peers)
+            save_state(self.ctx.run_dir, round, self.ctx.n_peers,
+                       {"sim_time_s": self.sim_time} if self.ctx.clock is not None else None)
 
     def restore(self) -> int:
         """Load the last checkpoint of the run folder; rounds continue after it. Returns its round."""
@@ -334,6 +371,7 @@ class Runner:
             saved = load_peer(self.ctx.run_dir, peer, state["round"], self.ctx.device)
             restore_record(self.algo.peers[peer], saved, self.ctx.device, source=f"the checkpoint of peer {peer}")
         self.first_round = state["round"] + 1
+        self.sim_time = float(state.get("sim_time_s", 0.0))
         self.net = self.ctx.schedule.at(state["round"])
         return state["round"]
 
@@ -346,24 +384,37 @@ class Runner:
         like = next(iter(vectors.values()))
         return consensus_distance(self.world, {p: v for p, v in vectors.items() if p in alive}, len(alive), like=like)
 
+    def network_of(self, t: int) -> RoundNetwork:
+        """Round t's network: the schedule's."""
+        return self.ctx.schedule.at(t)
+
+    def phases(self, t: int, net: RoundNetwork) -> tuple[LocalRound, Events, float]:
+        """What round t does over `net`: rejoin, the active peers' local updates, the exchange and mix (SPEC §2).
+        Returns the local part (per-peer metrics of every phase), the exchanges' events and the local update's
+        seconds."""
+        ctx = self.ctx
+        t0 = time.perf_counter()
+        rejoined = self.algo.rejoin(t, net) or Phase()
+        local = self.algo.local_updates([p for p in ctx.local_peers if p in net.active], t, net)
+        local_s = time.perf_counter() - t0
+        communicated = self.algo.communicate(t, net) or Phase()
+        for p, metrics in communicated.metrics.items():
+            local.metrics.setdefault(p, {}).update(metrics)
+        return local, rejoined.events + communicated.events, local_s
+
     def _round(self, t: int) -> dict[str, Any]:
         ctx = self.ctx
         ts = time.perf_counter()
-        net = self.net = ctx.schedule.at(t)
+        net = self.net = self.network_of(t)
         schedule_s = time.perf_counter() - ts
         self._inject_fault(t)
         stats = ctx.transport.stats
         sent0, recv0 = dict(stats.peer_sent), dict(stats.peer_recv)
+        links0 = dict(stats.link_sent) if ctx.clock is not None else {}
         comm0, wait0 = stats.time_comm_s, stats.time_wait_s
         t0 = time.perf_counter()
-        rejoined = self.algo.rejoin(t, net) or Phase()
-        local = self.algo.local_updates([p for p in ctx.local_peers if p in net.active], t, net)
+        local, events, local_s = self.phases(t, net)
         per_peer = local.metrics
-        t1 = time.perf_counter()
-        communicated = self.algo.communicate(t, net) or Phase()
-        for p, metrics in communicated.metrics.items():
-            per_peer.setdefault(p, {}).update(metrics)
-        events = rejoined.events + communicated.events
         t2 = time.perf_counter()
         cd = self._consensus()
         measured = self.algo.round_metrics(t, net)
@@ -373,11 +424,14 @@ class Runner:
             "per_peer": per_peer,
             "sent": {p: stats.peer_sent.get(p, 0) - sent0.get(p, 0) for p in ctx.local_peers},
             "recv": {p: stats.peer_recv.get(p, 0) - recv0.get(p, 0) for p in ctx.local_peers},
-            "compute_s": (t1 - t0) + (t2 - t1 - comm - wait), "comm_s": comm, "wait_s": wait,
-            "local_s": t1 - t0,
+            "compute_s": t2 - t0 - comm - wait, "comm_s": comm, "wait_s": wait, "local_s": local_s,
             "rejected": list(events.rejected), "rolled_back": sorted(local.rolled_back),
             "cut": list(events.cut), "trim_lowered": list(events.lowered),
         }
+        if ctx.clock is not None:
+            part["steps"] = {p: self.algo.local_steps(p, net) for p in ctx.local_peers if p in net.active}
+            part["links"] = {link: n - links0.get(link, 0) for link, n in stats.link_sent.items()
+                             if n != links0.get(link, 0)}
         parts = self.world.gather(part)
         if not self.world.is_root:
             return {}
@@ -398,9 +452,24 @@ class Runner:
             cut=sorted(pair for p in parts for pair in p["cut"]),
             trim_lowered=sorted(pair for p in parts for pair in p["trim_lowered"]) if ctx.robust.active else None,
             extra=measured)
+        if ctx.clock is not None:
+            record.update(self.clock_round(t, parts))
         self._log(record)
         self._warn_nonfinite(t, record)
         return record
+
+    def clock_round(self, t: int, parts: list[dict[str, Any]]) -> SimRound:
+        """The round in simulated time (SPEC §9), from every rank's local steps and per-link bytes; advances the
+        clock."""
+        assert self.ctx.clock is not None
+        steps = _merge([p["steps"] for p in parts])
+        sizes: dict[tuple[int, int], int] = {}
+        for p in parts:
+            for link, n in p["links"].items():  # a link may carry several messages a round: one transfer
+                sizes[link] = sizes.get(link, 0) + n
+        timed = self.ctx.clock.round_time(steps, sizes)
+        self.sim_time += timed.duration
+        return sim_round(timed.duration, self.sim_time, timed.compute, timed.transfer, timed.idle)
 
     @staticmethod
     def _warn_nonfinite(t: int, record: dict[str, Any]) -> None:
@@ -419,6 +488,6 @@ class Runner:
         parts = self.world.gather(per_peer)
         if not self.world.is_root:
             return None
-        record = eval_record(t, final, metrics, _merge(parts))
+        record = eval_record(t, final, metrics, _merge(parts), self.eval_time(t, final))
         self._log(record)
         return record["metrics"]

@@ -10,6 +10,7 @@ import numpy as np
 
 import topologies
 from p2pfl import algorithms
+from p2pfl.async_gossip import AsyncRunner
 from p2pfl.byzantine import Robust, choose_byzantine
 from p2pfl.comm.placement import Placement
 from p2pfl.comm.transport import Transport
@@ -21,7 +22,7 @@ from p2pfl.gossip.codec import Codec
 from p2pfl.gossip.compress.base import Compressor
 from p2pfl.gossip.compress.records import Compression, describe
 from p2pfl.gossip.schemes import RelayTree, check_relay, check_weights
-from p2pfl.network import NetworkSchedule
+from p2pfl.network import NetworkSchedule, timing
 from p2pfl.network.mixing_rate import network_p
 from p2pfl.records import Host, Seeds
 from p2pfl.rounds import Algorithm, RunContext, Runner
@@ -56,6 +57,7 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     cfg = run.cfg
     n_peers = cfg.peers
     graph, schedule, described = agree(world, lambda: build_network(cfg))
+    clock = agree(world, lambda: timing.from_config(cfg, n_peers, schedule.stragglers)) if cfg.clock else None
     device = agree(world, lambda: select_device(cfg.device, world.local_rank))
     configure_determinism(cfg.threads, device)
     allocator = keep_freed_memory()
@@ -93,7 +95,9 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     ctx = RunContext(cfg=cfg, world=world, graph=graph, schedule=schedule, placement=placement,
                      transport=transport, checked=checked, gossip=Gossip(checked, robust, cfg.seed, compressor(cfg)),
                      device=device,
-                     run_dir=run_dir, folder=folder, spec=run.spec, robust=robust)
+                     run_dir=run_dir, folder=folder, spec=run.spec, robust=robust, clock=clock)
+    if clock is not None:
+        ctx.record_manifest(clock={"mode": cfg.mode, **clock.describe()})
     if cfg.gossip == "relay":
         ctx.relay_tree = RelayTree.of(graph)
         ctx.record_manifest(relay_tree=ctx.relay_tree.describe())
@@ -114,6 +118,9 @@ def build_network(cfg: RunConfig) -> tuple[nx.Graph, NetworkSchedule, dict]:
         check_weights(cfg.gossip, [*static, *(schedule.at(t).W for t in range(1, cfg.rounds + 1))])
     if cfg.gossip == "choco":
         check_choco(schedule.kind, schedule.directed)
+    if cfg.mode == "async" and (schedule.kind != "static" or schedule.directed):
+        raise ValueError(f"--mode async: averages pairwise over a static undirected graph; --topology "
+                         f"{cfg.topology} is {'one-way' if schedule.directed else 'a changing network'}")
     if cfg.gossip == "relay":
         check_relay(schedule.kind, schedule.directed)
         RelayTree.of(graph)  # a disconnected graph has none: refused here, before training
@@ -181,7 +188,7 @@ def _run(world: World, argv: Sequence[str] | None) -> int:
         ctx = build_context(world, run)
         cfg = run.cfg
         algorithm = build_algorithm(ctx)
-        runner = Runner(ctx, algorithm)
+        runner = (AsyncRunner if cfg.mode == "async" else Runner)(ctx, algorithm)
         if cfg.resume is not None:
             agree(world, runner.restore)
         runner.run()

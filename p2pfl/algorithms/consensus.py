@@ -77,6 +77,14 @@ class Consensus(Algorithm):
             self.peers[p].x = x
         return Phase(events=mixed.events)
 
+    asynchronous: ClassVar[bool] = True
+
+    def async_vector(self, peer: int) -> torch.Tensor:
+        return self.peers[peer].x.clone()
+
+    def load_async_vector(self, peer: int, vector: torch.Tensor) -> None:
+        self.peers[peer].x = vector
+
     def consensus_vectors(self) -> dict[int, torch.Tensor]:
         return {p: peer.x for p, peer in self.peers.items()}
 

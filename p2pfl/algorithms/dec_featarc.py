@@ -90,6 +90,7 @@ class DecFeatARCOptions:
 
 class DecFeatARC(DecSSL):
     """Feature Alignment + Regularisation + Clustering on a peer graph (module docstring)."""
+    asynchronous: ClassVar[bool] = False  # no exchange, or not the pairwise mean AD-PSGD averages by
 
     name = "dec-featarc"
     batchable = False  # per-peer anchors and clusters: peer by peer

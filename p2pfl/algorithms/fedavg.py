@@ -94,6 +94,7 @@ class FedAvg(GossipLearner):
 
 class Solo(FedAvg):
     """Each peer trains MOON's network alone on its shard (MOON's SOLO baseline): no communication."""
+    asynchronous: ClassVar[bool] = False  # no exchange, or not the pairwise mean AD-PSGD averages by
 
     name = "solo"
     communicates = False
@@ -159,6 +160,7 @@ class Scaffold(FedAvg):
     complete/uniform with full participation this mix is the mean of all c_i, i.e. SCAFFOLD's server c.
     The control variates cover the trainable parameters (not BN running statistics); c and c_i start at zero.
     """
+    asynchronous: ClassVar[bool] = False  # no exchange, or not the pairwise mean AD-PSGD averages by
 
     name = "scaffold"
     record: ClassVar[type[Peer]] = ScaffoldPeer

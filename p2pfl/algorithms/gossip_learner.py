@@ -209,6 +209,14 @@ class GossipLearner(LocalTrainer):
     def consensus_vectors(self) -> dict[int, torch.Tensor]:
         return {p: peer.mixable.flatten(peer.buffer) for p, peer in self.peers.items()}
 
+    asynchronous: ClassVar[bool] = True
+
+    def async_vector(self, peer: int) -> torch.Tensor:
+        return self.peers[peer].mixable.flatten()
+
+    def load_async_vector(self, peer: int, vector: torch.Tensor) -> None:
+        self.peers[peer].mixable.unflatten_(vector)
+
     def mixed_vector(self) -> tuple[int, torch.dtype]:
         first = self.peers[self.ctx.local_peers[0]].mixable
         return first.numel, first.dtype

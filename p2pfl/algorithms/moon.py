@@ -59,6 +59,7 @@ class MoonOptions:
 
 class Moon(FedAvg):
     """Model-contrastive federated learning on a peer graph."""
+    asynchronous: ClassVar[bool] = False  # no exchange, or not the pairwise mean AD-PSGD averages by
 
     name = "moon"
     defaults = {**MOON_PAPER, "mu": MOON_MU, "temperature": MOON_TAU}

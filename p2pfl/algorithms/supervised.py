@@ -4,7 +4,7 @@ Dec-SL is scored by its own test accuracy and, like Dec-SSL, by a linear probe o
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -72,6 +72,7 @@ class DecSL(GossipLearner):
 
 class Local(DecSL):
     """Each peer trains alone on its shard: no communication at all."""
+    asynchronous: ClassVar[bool] = False  # no exchange, or not the pairwise mean AD-PSGD averages by
 
     name = "local"
     communicates = False

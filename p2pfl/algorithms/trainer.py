@@ -199,6 +199,9 @@ class LocalTrainer(Algorithm):
         work = net.work_fraction(peer.id)
         return full if work >= 1.0 else max(1, round(work * full))
 
+    def local_steps(self, peer: int, net: RoundNetwork) -> float:
+        return float(self.steps(self.peers[peer], net))
+
     def local_update(self, peer_id: int, round: int, net: RoundNetwork | None = None) -> dict[str, float]:
         """One peer's local round alone, its metrics (a testing aid: `local_updates` also says what it rolled
         back). `net`: the round's network, by default the schedule's of `round`."""

@@ -20,10 +20,14 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from p2pfl.seeding import numpy_rng
+
+if TYPE_CHECKING:
+    from p2pfl.config import RunConfig
 
 Link = tuple[int, int]  # (sender, receiver)
 
@@ -64,6 +68,17 @@ class NetworkModel:
     @property
     def n_peers(self) -> int:
         return len(self.compute)
+
+    def describe(self) -> dict[str, Any]:
+        """The manifest's `clock` entry: per-peer step seconds, the latency range and the capacities (None:
+        unlimited)."""
+        def capacity(values: np.ndarray) -> list[float | None]:
+            return [None if np.isinf(v) else float(v) for v in values]
+
+        off = self.latency[~np.eye(self.n_peers, dtype=bool)]
+        return {"compute_s_per_step": [float(c) for c in self.compute],
+                "latency_s": {"min": float(off.min(initial=0.0)), "max": float(off.max(initial=0.0))},
+                "upload_bytes_per_s": capacity(self.upload), "download_bytes_per_s": capacity(self.download)}
 
     def transfers(self, sizes: Mapping[Link, int]) -> dict[Link, float]:
         """Seconds of each of a round's concurrent transfers, (sender, receiver) -> S bytes."""
@@ -127,4 +142,13 @@ def bandwidths(n_peers: int, bytes_per_s: float = 0.0) -> np.ndarray:
     return np.full(n_peers, float(bytes_per_s) if bytes_per_s > 0 else np.inf)
 
 
-__all__ = ["Link", "NetworkModel", "RoundTime", "bandwidths", "compute_times", "latencies"]
+def from_config(cfg: RunConfig, n_peers: int, slow: Collection[int] = ()) -> NetworkModel:
+    """The network model of a run's options (p2pfl.config.RunConfig's time section); `slow`: the --stragglers
+    peers, whose step time --straggler-slowdown multiplies."""
+    compute = compute_times(n_peers, cfg.seed, cfg.compute_time, cfg.compute_spread, cfg.compute_trace, slow,
+                            cfg.straggler_slowdown)
+    return NetworkModel(compute, latencies(n_peers, cfg.latency, cfg.latency_matrix), bandwidths(n_peers, cfg.upload_rate),
+                        bandwidths(n_peers, cfg.download_rate))
+
+
+__all__ = ["Link", "NetworkModel", "RoundTime", "bandwidths", "compute_times", "from_config", "latencies"]

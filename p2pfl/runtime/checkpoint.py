@@ -115,9 +115,11 @@ def load_peer(run_dir: Path, peer: int, round: int, device: torch.device) -> dic
     return blob["state"]
 
 
-def save_state(run_dir: Path, round: int, n_peers: int) -> None:
-    """Name `round` as the checkpoint to resume from, then remove the peer files of every other round."""
-    write_atomic(_state_path(run_dir), json.dumps({"format": FORMAT, "round": round, "peers": n_peers}))
+def save_state(run_dir: Path, round: int, n_peers: int, extra: dict[str, Any] | None = None) -> None:
+    """Name `round` as the checkpoint to resume from (with the runner's `extra` numbers, e.g. the simulated
+    clock), then remove the peer files of every other round."""
+    write_atomic(_state_path(run_dir), json.dumps({"format": FORMAT, "round": round, "peers": n_peers,
+                                                   **(extra or {})}))
     for old in (Path(run_dir) / "checkpoint").glob("peer-*.r*.pt"):
         if not old.name.endswith(f".r{round:06d}.pt"):
             old.unlink(missing_ok=True)

@@ -1,0 +1,141 @@
+"""--mode async (AD-PSGD in simulated time, SPEC §9): the event order is a pure function of the seed and the
+network model; pairwise averaging keeps consensus's mean and converges; a run equals a direct simulation of its
+recorded events; equal step times and no latency give synchronous steps of disjoint pairs; the same records on
+1, 2 and 4 ranks; a resumed run equals an uninterrupted one."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pytest
+import torch
+from conftest import run_job
+from golden_cases import normalise
+from helpers_inproc import setup_algorithm
+
+from p2pfl.async_gossip import AsyncRunner
+from p2pfl.network.events import batches, schedule
+from p2pfl.network.timing import NetworkModel
+from p2pfl.run import main
+from p2pfl.seeding import numpy_rng, torch_generator
+
+
+def model(compute: list[float], latency: float = 0.0) -> NetworkModel:
+    k = len(compute)
+    return NetworkModel(np.array(compute, dtype=float), np.full((k, k), latency), np.full(k, np.inf),
+                        np.full(k, np.inf))
+
+
+def test_equal_step_times_and_no_latency_give_synchronous_steps_of_disjoint_pairs() -> None:
+    graph = nx.cycle_graph(8)
+    events = schedule(model([0.5] * 8), graph, 4, dict.fromkeys(range(8), 2.0), 1000, updates=8 * 6)
+    for e in events:  # every peer's n-th average at n · E · c
+        assert e.time == e.update * 2 * 0.5
+    per_peer = {p: [e.update for e in events if e.peer == p] for p in range(8)}
+    assert per_peer == {p: list(range(1, 7)) for p in range(8)}
+    for batch in batches(events):
+        ends = [p for e in batch for p in (e.peer, e.partner)]
+        assert len(ends) == len(set(ends))  # disjoint pairs
+        assert len({e.time for e in batch}) == 1 or all(a.time <= b.time for a, b in zip(batch, batch[1:]))
+
+
+def test_the_order_is_each_peers_own_draws_and_staleness_counts_the_averages_in_between() -> None:
+    """A brute force of the definition: peer i's n-th average ends at the sum of its computes and pair
+    transfers so far, with the partner drawn from (seed, i, 'async/<n>'); its staleness is how many averages
+    with i as partner came between its previous average and this one in the order."""
+    k, seed, size = 6, 9, 4000
+    graph = nx.random_regular_graph(3, k, seed=1)
+    rng = np.random.default_rng(0)
+    latency = rng.uniform(0.0, 0.2, (k, k))
+    net = NetworkModel(rng.uniform(0.5, 2.0, k), latency, rng.uniform(1e4, 1e5, k), rng.uniform(1e4, 1e5, k))
+    steps = {p: float(1 + p % 2) for p in range(k)}
+    events = schedule(net, graph, seed, steps, size, until=20.0)
+    expected = []
+    for p in range(k):
+        nbrs, t, n = sorted(graph.neighbors(p)), 0.0, 1
+        while True:
+            j = nbrs[int(numpy_rng(seed, p, f"async/{n}").integers(len(nbrs)))]
+            bw_ij = min(net.upload[p], net.download[j])
+            bw_ji = min(net.upload[j], net.download[p])
+            t = t + steps[p] * net.compute[p] + max(latency[p, j] + size / bw_ij, latency[j, p] + size / bw_ji)
+            if t > 20.0:
+                break
+            expected.append((t, p, j, n))
+            n += 1
+    expected.sort()
+    assert [(e.peer, e.partner, e.update) for e in events] == [x[1:] for x in expected]
+    assert [e.time for e in events] == pytest.approx([x[0] for x in expected], rel=1e-12)
+    last: dict[int, int] = {}
+    for idx, e in enumerate(events):
+        between = events[last.get(e.peer, -1) + 1:idx]
+        assert e.staleness == sum(1 for f in between if f.partner == e.peer)
+        last[e.peer] = idx
+    assert any(e.staleness > 0 for e in events)
+
+
+def test_batches_respect_the_evaluation_cuts() -> None:
+    events = schedule(model([1.0, 1.3, 0.7, 1.1, 0.9]), nx.complete_graph(5), 2, dict.fromkeys(range(5), 1.0), 8,
+                      updates=40)
+    for cut in (2.0, 5.0):
+        for batch in batches(events, [2.0, 5.0]):
+            assert all(e.time <= cut for e in batch) or all(e.time > cut for e in batch)
+    assert [e for b in batches(events, [2.0, 5.0]) for e in b] == events
+
+
+CONSENSUS = {"algorithm": "consensus", "peers": 8, "topology": "cycle", "vector_size": 64, "vector_dtype": "float64",
+             "mode": "async", "compute_time": 1.0, "compute_spread": 0.5, "latency": 0.05, "updates": 400, "seed": 6}
+
+
+def test_async_consensus_equals_a_direct_simulation_keeps_the_mean_and_converges(tmp_path: Path) -> None:
+    algo = setup_algorithm(tmp_path, **CONSENSUS)
+    runner = AsyncRunner(algo.ctx, algo)
+    runner.run()
+    initial = torch.stack([torch.randn(64, generator=torch_generator(6, p, "init"), dtype=torch.float64)
+                           for p in range(8)])
+    x = dict(enumerate(initial.clone()))
+    for e in runner.events:  # the recorded order, one pair at a time
+        avg = (x[e.peer] + x[e.partner]) / 2
+        x[e.peer], x[e.partner] = avg, avg.clone()
+    for p in range(8):
+        assert torch.allclose(algo.peers[p].x, x[p], rtol=1e-12, atol=1e-12)
+    final, start = torch.stack([algo.peers[p].x for p in range(8)]), initial.mean(0)
+    assert torch.allclose(final.mean(0), start, rtol=0, atol=1e-13)  # pairwise averaging keeps the mean
+    assert (final - start).norm() < 1e-3 * (initial - start).norm()  # and reaches it
+    records = [json.loads(line) for line in (algo.ctx.run_dir / "metrics.jsonl").read_text().splitlines()]
+    logged = [tuple(e[:2]) for r in records if r["type"] == "round" and r["round"] > 0 for e in r["async_events"]]
+    assert logged == [(e.peer, e.partner) for e in runner.events]
+
+
+def test_async_runs_agree_on_1_2_and_4_ranks(tmp_path: Path) -> None:
+    outputs = {}
+    for ranks in (0, 2, 4):
+        out = tmp_path / f"r{ranks}"
+        proc = run_job(["tests/mpi/async_runs.py", str(out)], ranks=ranks, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outputs[ranks] = {d.name: normalise(d / "metrics.jsonl") for d in sorted(out.iterdir())}
+    assert set(outputs[0]) == {"consensus", "fedavg"}
+    for name, recs in outputs[0].items():
+        assert recs == outputs[2][name] == outputs[4][name], name
+    fedavg = outputs[0]["fedavg"]
+    assert [r["sim_time_s"] for r in fedavg if r["type"] == "eval"] == [4.0, 8.0, 12.0]
+    assert any(e[4] > 0 for r in fedavg if r["type"] == "round" and r["round"] > 0 for e in r["async_events"])
+
+
+TRAINING = ["--algorithm", "fedavg", "--mode", "async", "--peers", "5", "--topology", "cycle", "--dataset",
+            "synthetic", "--train-subset", "200", "--batch-size", "16", "--local-steps", "2", "--optimizer", "sgd",
+            "--lr", "0.02", "--compute-time", "1", "--compute-spread", "0.3", "--updates", "30", "--eval-every-s",
+            "3", "--checkpoint-every", "4", "--no-progress", "--no-plots", "--batch-peers", "off", "--seed", "8"]
+
+
+def test_a_resumed_async_run_equals_an_uninterrupted_one(tmp_path: Path) -> None:
+    assert main([*TRAINING, "--out", str(tmp_path), "--name", "full"]) == 0
+    proc = run_job(["-m", "p2pfl.run", *TRAINING, "--out", str(tmp_path), "--name", "part", "--fault", "raise@0:6"],
+                   ranks=0)
+    assert proc.returncode != 0 and "injected fault" in proc.stderr
+    proc = run_job(["-m", "p2pfl.run", *TRAINING, "--resume", str(tmp_path / "part")], ranks=0)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    full, part = normalise(tmp_path / "full" / "metrics.jsonl"), normalise(tmp_path / "part" / "metrics.jsonl")
+    assert part == full
+    assert any(r.get("loss_mean") for r in full)
