@@ -1,6 +1,6 @@
 """The report of a study: many runs of ``python -m p2pfl.run`` over a grid of options x seeds.
 
-    python -m analysis.report STUDY_DIR [--out REPORT_DIR] [--no-plots] [--metric NAME]
+    python -m analysis.report STUDY_DIR [--out REPORT_DIR] [--no-plots] [--metric NAME] [--target VALUE]
 
 A study folder (written by p2pfl.study) holds ``plan.json`` ({"name", "axes": [axis, ...], "points": [{"name",
 "axes": {axis: label}, "options"}, ...]}), one run folder per point in ``runs/NAME/`` (``summary.json`` once
@@ -10,7 +10,7 @@ Points are grouped by every axis except ``seed``; per group and final eval metri
 the finished seeds and its 95% Student-t confidence interval, mean ± t_{0.975,n−1}·s/√n (none for n = 1). A
 group with missing, failed or unfinished points says so in every table: it is never dropped. The report goes into
 ``STUDY_DIR/report/``: ``report.md``, ``table.csv`` and the figures of ``analysis.study_plots`` (written by
-``analysis.report.write_study_report``).
+``analysis.report.write_study_report``); with --target, each group's time to reach it (analysis.target).
 """
 from __future__ import annotations
 
