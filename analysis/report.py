@@ -218,6 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("analysis.report: a study folder is reported on its own (no other folders, no --baseline)",
                   file=sys.stderr)
             return 2
+        if args.direction is not None and args.target is None:
+            print("analysis.report: note: --direction applies with --target only", file=sys.stderr)
         return _study_main(studies[0], args.out, not args.no_plots, args.metric, args.target, args.direction)
     for given, flag in ((args.metric, "--metric"), (args.target, "--target"), (args.direction, "--direction")):
         if given is not None:
