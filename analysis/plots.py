@@ -19,15 +19,17 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from p2pfl.records import AVG, LOSS, MEAN, PEER_MAX, PEER_MEAN, PEER_MIN
+from p2pfl.records import AVG, LOSS, MEAN, PEER_MAX, PEER_MEAN, PEER_MIN, SIM_TIME
 from p2pfl.runtime.files import write_atomic
 from topologies.plot import layout
 
-from .runs import Run, is_number
+from .runs import ROUND, Run, is_number
 
 __all__ = [
     "plot_run",
     "plot_metrics",
+    "plot_metrics_time",
+    "X_LABELS",
     "metric_panels",
     "metrics_figure",
     "split_metric_name",
@@ -77,6 +79,8 @@ def consensus_shares(run: Run) -> np.ndarray | None:
 # (statistics over the peers) share one panel per ``<name>``; any other name is plotted on its own.
 _ROLE_SUFFIXES = ((PEER_MEAN, "peer_mean"), (PEER_MIN, "peer_min"), (PEER_MAX, "peer_max"), (AVG, "avg"))
 LOSS_PANEL_TITLE = f"{LOSS + MEAN} (train)"
+#: The axis label of each x a metric is drawn against.
+X_LABELS = {ROUND: "round", SIM_TIME: "simulated time (s)"}
 _AVG_COLOR, _PEER_COLOR, _VALUE_COLOR = "tab:blue", "tab:orange", "tab:blue"
 
 Series = tuple[list[float], list[float]]
@@ -87,7 +91,7 @@ class MetricPanel:
     """One panel of metrics.png: a title and its series by role.
 
     Roles: ``avg``, ``peer_mean``, ``peer_min``, ``peer_max`` for a grouped ``<name>``; ``value`` for a plain
-    eval metric or the training loss. Each series is (rounds, values) with NaNs dropped.
+    eval metric or the training loss. Each series is (xs, values) with NaNs dropped.
     """
 
     title: str
@@ -103,8 +107,9 @@ def split_metric_name(name: str) -> tuple[str, str]:
     return name, "value"
 
 
-def metric_panels(run: Run) -> list[MetricPanel]:
-    """The panels of metrics.png, in order of first appearance in the eval records, then the training loss.
+def metric_panels(run: Run, x: str = ROUND) -> list[MetricPanel]:
+    """The panels of metrics.png, in order of first appearance in the eval records, then the training loss;
+    against the records' ``x`` (the round, or ``sim_time_s``).
 
     Every ``<name>_avg`` / ``<name>_peer_{mean,min,max}`` metric of one ``<name>`` goes into one panel; a
     plain name gets its own panel (also when it equals some group's ``<name>``). Empty series are left out.
@@ -116,14 +121,14 @@ def metric_panels(run: Run) -> list[MetricPanel]:
             if not is_number(value) or key in seen:
                 continue
             seen.add(key)
-            xs, ys = run.series(key, source="evals")
+            xs, ys = run.series(key, source="evals", x=x)
             if not xs:
                 continue
             base, role = split_metric_name(str(key))
             slot = ("plain", base) if role == "value" else ("group", base)
             panels.setdefault(slot, MetricPanel(title=base)).series[role] = (xs, ys)
     result = list(panels.values())
-    xs, ys = run.series(LOSS + MEAN)
+    xs, ys = run.series(LOSS + MEAN, x=x)
     if xs:
         result.append(MetricPanel(title=LOSS_PANEL_TITLE, series={"value": (xs, ys)}))
     return result
@@ -183,32 +188,35 @@ def _draw_panel(ax, panel: MetricPanel) -> None:
     ax.margins(y=0.08)
 
 
-def _x_range(run: Run, panels: list[MetricPanel]) -> tuple[float, float]:
-    """0 (or the first round, if earlier) .. the last round recorded, padded so edge markers stay whole."""
-    xs = [x for panel in panels for series_xs, _ in panel.series.values() for x in series_xs]
+def _x_range(run: Run, panels: list[MetricPanel], x: str = ROUND) -> tuple[float, float]:
+    """0 (or the first x, if earlier) .. the last round recorded (or the last x), padded so edge markers stay
+    whole."""
+    xs = [value for panel in panels for series_xs, _ in panel.series.values() for value in series_xs]
     lo = min([0.0, *xs])
-    hi = max([float(run.rounds_done), *xs])
+    hi = max([float(run.rounds_done) if x == ROUND else 0.0, *xs])
     if hi <= lo:
         hi = lo + 1.0
     pad = 0.04 * (hi - lo)
     return lo - pad, hi + pad
 
 
-def metrics_figure(run: Run) -> Figure | None:
-    """The figure of metrics.png (see ``metric_panels``), or None when the run has no eval metric and no loss."""
-    panels = metric_panels(run)
+def metrics_figure(run: Run, x: str = ROUND) -> Figure | None:
+    """The figure of metrics.png (see ``metric_panels``), against round or, with x="sim_time_s", simulated time;
+    None when the run has no eval metric and no loss (against that x)."""
+    panels = metric_panels(run, x)
     if not panels:
         return None
     rows, cols = (2, 2) if len(panels) == 4 else _grid(len(panels))
     fig = _new_figure(4.4 * cols, 3.3 * rows)
-    xlim = _x_range(run, panels)
+    xlim = _x_range(run, panels, x)
     for i, panel in enumerate(panels):
         ax = fig.add_subplot(rows, cols, i + 1)
         _draw_panel(ax, panel)
         ax.set_xlim(*xlim)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if x == ROUND:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(panel.title)
-        ax.set_xlabel("round")
+        ax.set_xlabel(X_LABELS[x])
         ax.grid(True, alpha=0.3)
     fig.suptitle(run.name, fontsize=9)
     fig.tight_layout()
@@ -224,6 +232,15 @@ def plot_metrics(run: Run, out_dir: Path) -> Path | None:
     if fig is None:
         return None
     return _save(fig, out_dir / "metrics.png")
+
+
+def plot_metrics_time(run: Run, out_dir: Path) -> Path | None:
+    """metrics_time.png: metrics.png's panels against simulated time, for a run with the simulated clock on
+    (its records carry sim_time_s); None for the others."""
+    fig = metrics_figure(run, SIM_TIME) if run.has_sim_time else None
+    if fig is None:
+        return None
+    return _save(fig, out_dir / "metrics_time.png")
 
 
 def plot_consensus(run: Run, out_dir: Path) -> Path | None:
@@ -412,7 +429,7 @@ def plot_per_peer(run: Run, out_dir: Path) -> Path | None:
 
 
 PLOTS: list[Callable[[Run, Path], Path | None]] = [
-    plot_metrics, plot_consensus, plot_topology, plot_partition, plot_per_peer, plot_per_peer_degree,
+    plot_metrics, plot_metrics_time, plot_consensus, plot_topology, plot_partition, plot_per_peer, plot_per_peer_degree,
 ]
 
 

@@ -2,10 +2,12 @@
 
     python -m analysis.report RUN_DIR [RUN_DIR ...] [--out report.md] [--baseline LOCAL_RUN_DIR] [--no-plots]
     python -m analysis.report STUDY_DIR [--out REPORT_DIR] [--no-plots] [--metric NAME]
+                              [--target VALUE [--direction higher|lower]]
 
 A folder with a plan.json is a study (runs over a grid of options x seeds): its report (groups over seeds,
 95% confidence intervals; analysis.study) and its figures (analysis.study_plots) are written into
-STUDY_DIR/report/ unless --out says where (`write_study_report`).
+STUDY_DIR/report/ unless --out says where (`write_study_report`); --target adds each group's time to reach that
+value of the metric (analysis.target).
 
 Rebuilds each run's plots, prints one markdown table with a row per run (algorithm, topology, peers,
 partition, rounds, final eval metrics, bytes sent per peer per round, wall time) and writes it to --out.
@@ -28,7 +30,16 @@ from p2pfl.runtime.progress import format_bytes
 
 from .delta import Delta, delta_percent, lower_is_better
 from .runs import Run, RunFolderError, load_run
-from .study import StudyFolderError, build_study_markdown, headline_metric, is_study, load_study, study_table_csv
+from .study import (
+    Study,
+    StudyFolderError,
+    build_study_markdown,
+    headline_metric,
+    is_study,
+    load_study,
+    study_table_csv,
+)
+from .target import Target, target_columns, target_markdown
 
 __all__ = [
     "Delta",
@@ -191,6 +202,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="do not rebuild the runs' plots (for a study: do not draw its figures)")
     parser.add_argument("--metric", help="study only: the metric of the figures (default: the test, kNN or probe "
                                          "accuracy the runs report)")
+    parser.add_argument("--target", type=float, metavar="VALUE",
+                        help="study only: per group, the simulated time, rounds and bytes per peer until each seed's "
+                             "first evaluation with the metric at VALUE (mean and 95%% CI over the seeds that reach "
+                             "it, and how many do)")
+    parser.add_argument("--direction", choices=("higher", "lower"),
+                        help="with --target: whether the metric reaches it from below (higher is better: >= VALUE) "
+                             "or above (<= VALUE); default: lower for names with a word loss, error, distance, "
+                             "drift, shift or mse, else higher")
     args = parser.parse_args(argv)
 
     studies = [p for p in args.runs if is_study(p)]
@@ -199,9 +218,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("analysis.report: a study folder is reported on its own (no other folders, no --baseline)",
                   file=sys.stderr)
             return 2
-        return _study_main(studies[0], args.out, not args.no_plots, args.metric)
-    if args.metric:
-        print("analysis.report: note: --metric applies to study folders only", file=sys.stderr)
+        if args.direction is not None and args.target is None:
+            print("analysis.report: note: --direction applies with --target only", file=sys.stderr)
+        return _study_main(studies[0], args.out, not args.no_plots, args.metric, args.target, args.direction)
+    for given, flag in ((args.metric, "--metric"), (args.target, "--target"), (args.direction, "--direction")):
+        if given is not None:
+            print(f"analysis.report: note: {flag} applies to study folders only", file=sys.stderr)
 
     try:
         runs = [load_run(p) for p in args.runs]
@@ -229,14 +251,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def write_study_report(study_dir: str | os.PathLike, out: str | os.PathLike | None = None, plots: bool = True,
-                       metric: str | None = None) -> tuple[str, list[Path]]:
+                       metric: str | None = None, target: float | None = None,
+                       direction: str | None = None) -> tuple[str, list[Path]]:
     """Write report.md, table.csv and (unless ``plots`` is False) the figures into ``out`` (default
-    STUDY_DIR/report; an ``out`` ending in .md names the markdown file, the rest goes beside it); return the
-    markdown and the files written."""
+    STUDY_DIR/report; an ``out`` ending in .md names the markdown file, the rest goes beside it), with the time
+    to ``target`` of the metric when given (analysis.target); return the markdown and the files written."""
     study = load_study(study_dir)
     if metric is not None and study.metrics and metric not in study.metrics:
         raise StudyFolderError(f"no finished run reports the metric {metric!r}; they report: "
                                + ", ".join(study.metrics))
+    goal = _target(study, metric, target, direction)
     target = Path(out) if out is not None else study.path / "report"
     md_path = target if target.suffix == ".md" else target / "report.md"
     folder = md_path.parent
@@ -245,8 +269,9 @@ def write_study_report(study_dir: str | os.PathLike, out: str | os.PathLike | No
         from .study_plots import plot_study  # matplotlib, only when drawing
 
         figures = plot_study(study, folder, headline_metric(study, metric))
-    text = build_study_markdown(study, figures, base=folder)
-    write_atomic(folder / "table.csv", study_table_csv(study))
+    text = build_study_markdown(study, figures, base=folder,
+                                sections=[target_markdown(study, goal)] if goal is not None else ())
+    write_atomic(folder / "table.csv", study_table_csv(study, target_columns(goal) if goal is not None else ()))
     write_atomic(md_path, text)
     return text, [md_path, folder / "table.csv", *figures.values()]
 
@@ -264,9 +289,21 @@ def print_written(prog: str, write: Callable[[], tuple[str, list[Path]]]) -> int
     return 0
 
 
-def _study_main(study_dir: str, out: str | None, plots: bool, metric: str | None) -> int:
+def _target(study: Study, metric: str | None, value: float | None, direction: str | None) -> Target | None:
+    """The target of --target on the report's metric (None without --target)."""
+    if value is None:
+        return None
+    name = headline_metric(study, metric)
+    if name is None:
+        raise StudyFolderError("--target: no finished run reports a metric")
+    return Target.of(name, value, direction)
+
+
+def _study_main(study_dir: str, out: str | None, plots: bool, metric: str | None, target: float | None = None,
+                direction: str | None = None) -> int:
     """The study report: print the markdown, write report.md, table.csv and the figures."""
-    return print_written("analysis.report", lambda: write_study_report(study_dir, out, plots=plots, metric=metric))
+    return print_written("analysis.report", lambda: write_study_report(study_dir, out, plots=plots, metric=metric,
+                                                                       target=target, direction=direction))
 
 
 if __name__ == "__main__":

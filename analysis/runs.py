@@ -19,12 +19,14 @@ from typing import IO, Any
 import yaml
 
 from p2pfl.fedmuscle.records import PeerSpecEntry
-from p2pfl.records import EvalRecord, Manifest, RoundRecord, RoundStart, Summary, TopologyRecord
+from p2pfl.records import SIM_TIME, EvalRecord, Manifest, RoundRecord, RoundStart, Summary, TopologyRecord
 
-__all__ = ["Run", "RunFolderError", "load_run", "is_number"]
+__all__ = ["Run", "RunFolderError", "load_run", "is_number", "cumulative_bytes_per_peer", "ROUND"]
 
 #: The parameter of each partition kind that has one (p2pfl.data.partition).
 PARTITION_PARAMETER = {"dirichlet": "alpha", "skew": "beta"}
+#: The records' round index (for --mode async, the index of a batch of events): the default x of a series.
+ROUND = "round"
 
 
 class RunFolderError(ValueError):
@@ -162,16 +164,32 @@ class Run:
                 total.setdefault(peer, []).append(degree)
         return {peer: sum(v) / len(v) for peer, v in total.items()}
 
-    def series(self, key: str, source: str = "rounds") -> tuple[list[float], list[float]]:
-        """(rounds, values) of a numeric field of the round records, or of an eval metric (source="evals")."""
+    @property
+    def has_sim_time(self) -> bool:
+        """Whether the run had the simulated clock on: its round or eval records carry ``sim_time_s``."""
+        return any(is_number(r.get(SIM_TIME)) for r in (*self.rounds, *self.evals))
+
+    def series(self, key: str, source: str = "rounds", x: str = ROUND) -> tuple[list[float], list[float]]:
+        """(xs, values) of a numeric field of the round records, or of an eval metric (source="evals"), against
+        the records' ``x``: the round, or ``sim_time_s`` (records without it are left out)."""
         xs: list[float] = []
         ys: list[float] = []
         for record in self.rounds if source == "rounds" else self.evals:
             value = record.get(key) if source == "rounds" else record["metrics"].get(key)
-            if is_number(value) and not math.isnan(float(value)):
-                xs.append(float(record["round"]))
+            at = record.get(x)
+            if is_number(value) and not math.isnan(float(value)) and is_number(at):
+                xs.append(float(at))
                 ys.append(float(value))
         return xs, ys
+
+
+def cumulative_bytes_per_peer(run: Run) -> dict[float, float]:
+    """Round -> bytes one peer sent up to that round: the sum over rounds of bytes_sent / active peers."""
+    total, out = 0.0, {0.0: 0.0}
+    for record in sorted((r for r in run.rounds if r["round"] > 0), key=lambda r: r["round"]):
+        total += record["bytes_sent"] / max(len(record["active"]), 1)
+        out[float(record["round"])] = total
+    return out
 
 
 def _read_mapping(path: Path, parse: Callable[[IO[str]], Any], errors: tuple[type[Exception], ...],

@@ -1,6 +1,6 @@
 """The report of a study: many runs of ``python -m p2pfl.run`` over a grid of options x seeds.
 
-    python -m analysis.report STUDY_DIR [--out REPORT_DIR] [--no-plots] [--metric NAME]
+    python -m analysis.report STUDY_DIR [--out REPORT_DIR] [--no-plots] [--metric NAME] [--target VALUE]
 
 A study folder (written by p2pfl.study) holds ``plan.json`` ({"name", "axes": [axis, ...], "points": [{"name",
 "axes": {axis: label}, "options"}, ...]}), one run folder per point in ``runs/NAME/`` (``summary.json`` once
@@ -10,7 +10,7 @@ Points are grouped by every axis except ``seed``; per group and final eval metri
 the finished seeds and its 95% Student-t confidence interval, mean ± t_{0.975,n−1}·s/√n (none for n = 1). A
 group with missing, failed or unfinished points says so in every table: it is never dropped. The report goes into
 ``STUDY_DIR/report/``: ``report.md``, ``table.csv`` and the figures of ``analysis.study_plots`` (written by
-``analysis.report.write_study_report``).
+``analysis.report.write_study_report``); with --target, each group's time to reach it (analysis.target).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import io
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -272,21 +272,27 @@ def _num(value: float | None) -> str:
     return "" if value is None else repr(float(value))
 
 
-def study_table_csv(study: Study) -> str:
+#: An extra column of table.csv: its name and its cell of a group.
+Column = tuple[str, Callable[[Group], object]]
+
+
+def study_table_csv(study: Study, columns: Sequence[Column] = ()) -> str:
     """table.csv: one row per group: axis labels, n_done, n_expected, status, spectral_gap, p, n_eff, then per
-    metric its mean, ci_low, ci_high (empty when there is no value or, for n = 1, no interval)."""
+    metric its mean, ci_low, ci_high (empty when there is no value or, for n = 1, no interval), then ``columns``
+    (e.g. analysis.target's time to target)."""
     metrics = study.metrics
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow([*study.group_axes, "n_done", "n_expected", "status", *MEASURES,
-                     *[f"{m}_{col}" for m in metrics for col in ("mean", "ci_low", "ci_high")]])
+                     *[f"{m}_{col}" for m in metrics for col in ("mean", "ci_low", "ci_high")],
+                     *[name for name, _ in columns]])
     for group in study.groups:
         row = [*group.axes.values(), group.n_done, group.n_expected, group.status,
                *[_num(group.measure(m)) for m in MEASURES]]
         for metric in metrics:
             iv = group.interval(metric)
             row += [_num(iv.mean), _num(iv.low), _num(iv.high)] if iv else ["", "", ""]
-        writer.writerow(row)
+        writer.writerow(row + [cell(group) for _, cell in columns])
     return buf.getvalue()
 
 
@@ -318,9 +324,11 @@ def groups_markdown(study: Study, metrics: Sequence[str]) -> str:
     return _md_table(header, rows)
 
 
-def build_study_markdown(study: Study, figures: dict[str, Path] | None = None, base: Path | None = None) -> str:
-    """report.md: the groups table (peer min/max statistics left to table.csv), the points not finished with
-    their error lines, and the figures (linked relative to ``base``, the report's folder)."""
+def build_study_markdown(study: Study, figures: dict[str, Path] | None = None, base: Path | None = None,
+                         sections: Sequence[str] = ()) -> str:
+    """report.md: the groups table (peer min/max statistics left to table.csv), ``sections`` (markdown, e.g. the
+    time to target), the points not finished with their error lines, and the figures (linked relative to
+    ``base``, the report's folder)."""
     counts = study.counts()
     shown = [m for m in study.metrics if not m.endswith((PEER_MIN, PEER_MAX))]
     parts = [f"# Study report: {study.name}", "",
@@ -331,7 +339,8 @@ def build_study_markdown(study: Study, figures: dict[str, Path] | None = None, b
              "Spectral gap: 1 − |λ2(W)| of the runs' mixing matrices; p: Koloskova et al.'s 1 − ‖W − J‖₂² (for a "
              "changing network 1 − the mean contraction of a round on random X, estimated over its rounds); n_eff: "
              "Vogels et al.'s effective number of neighbours at the runs' γ (– for a non-symmetric W). Every "
-             "metric, with the interval bounds, is in table.csv.", "", groups_markdown(study, shown), ""]
+             "metric, with the interval bounds, is in table.csv.", "", groups_markdown(study, shown), "",
+             *sections]
     not_done = [p for p in study.points if p.state != DONE]
     if not_done:
         parts += ["## Points not finished", "",

@@ -6,6 +6,7 @@ function returns the written path, or None when the runs lack its data; files ar
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -13,12 +14,14 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.ticker import MaxNLocator
 
-from .plots import _grid, _new_figure, _save
-from .runs import Run
+from p2pfl.records import SIM_TIME
+
+from .plots import X_LABELS, _grid, _new_figure, _save
+from .runs import ROUND, Run, cumulative_bytes_per_peer
 from .study import MEASURES, Group, Study, mean_ci
 
-__all__ = ["plot_study", "plot_gap", "plot_measures", "plot_metric_rounds", "plot_consensus", "plot_bytes",
-           "cumulative_bytes_per_peer"]
+__all__ = ["plot_study", "plot_gap", "plot_measures", "plot_metric_rounds", "plot_metric_time", "plot_consensus",
+           "plot_bytes", "cumulative_bytes_per_peer", "held"]
 
 TOPOLOGY_AXIS = "topology"
 Band = tuple[list[float], list[float], list[float], list[float]]  # x, mean, low, high
@@ -133,9 +136,9 @@ def plot_measures(study: Study, metric: str, out_dir: Path) -> Path | None:
 
 
 def _multi_panel(study: Study, out: Path, title: str, ylabel: str, draw, log: bool = False,
-                 empty: str = "no data") -> Path | None:
-    """One panel per topology; ``draw(ax, group, colour, label)`` draws a group and says whether it had data;
-    a panel without any says ``empty``."""
+                 empty: str = "no data", x: str = ROUND) -> Path | None:
+    """One panel per topology, against ``x`` (round or sim_time_s); ``draw(ax, group, colour, label)`` draws a
+    group and says whether it had data; a panel without any says ``empty``."""
     panels, colours = _panels(study), _colours(study)
     rows, cols = _grid(len(panels)) if panels else (1, 1)
     fig = _new_figure(4.6 * cols, 3.5 * rows)
@@ -151,9 +154,10 @@ def _multi_panel(study: Study, out: Path, title: str, ylabel: str, draw, log: bo
             ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes, fontsize=8)
         elif log:
             ax.set_yscale("log")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if x == ROUND:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(topology)
-        ax.set_xlabel("round")
+        ax.set_xlabel(X_LABELS[x])
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -179,6 +183,35 @@ def plot_metric_rounds(study: Study, metric: str, out_dir: Path) -> Path | None:
                         metric, draw)
 
 
+def held(curve: dict[float, float], xs: Iterable[float]) -> dict[float, float]:
+    """The curve's last value at or before each x within its span (first..last x): a seed's metric as it stood
+    then, so seeds evaluated at different simulated times can be averaged at every time any of them has."""
+    known = sorted(curve)
+    out: dict[float, float] = {}
+    for x in xs:
+        if known and known[0] <= x <= known[-1]:
+            out[x] = curve[known[bisect_right(known, x) - 1]]
+    return out
+
+
+def plot_metric_time(study: Study, metric: str, out_dir: Path) -> Path | None:
+    """metric_time.png: the metric against simulated time from the eval records (runs with the simulated clock),
+    one panel per topology, mean over seeds with its 95% band; each seed's last evaluation holds until its next
+    (``held``), since seeds, and asynchronous runs' rounds, need not share evaluation times."""
+    def draw(ax, group: Group, colour, label: str) -> bool:
+        curves = [c for c in (dict(zip(*run.series(metric, source="evals", x=SIM_TIME))) for run in _runs(group))
+                  if c]
+        if not curves:
+            return False
+        times = sorted({t for c in curves for t in c})
+        _draw_band(ax, _band(held(c, times) for c in curves), colour, label)
+        return True
+
+    return _multi_panel(study, out_dir / "metric_time.png",
+                        f"{study.name}: {metric} against simulated time (mean, 95% CI over seeds)", metric, draw,
+                        empty="no simulated time", x=SIM_TIME)
+
+
 def plot_consensus(study: Study, out_dir: Path) -> Path | None:
     """consensus.png: consensus distance against round (log scale), mean over seeds with its 95% band, and the
     mean of the runs' spectral predictions c·Π σ2(W_t)² (dashed; Run.spectral_prediction)."""
@@ -199,15 +232,6 @@ def plot_consensus(study: Study, out_dir: Path) -> Path | None:
     return _multi_panel(study, out_dir / "consensus.png", f"{study.name}: consensus distance and gossip alone",
                         "consensus distance", draw, log=True,
                         empty="no positive consensus distance\n(exact averaging, or not recorded)")
-
-
-def cumulative_bytes_per_peer(run: Run) -> dict[float, float]:
-    """Round -> bytes one peer sent up to that round: the sum over rounds of bytes_sent / active peers."""
-    total, out = 0.0, {0.0: 0.0}
-    for record in sorted((r for r in run.rounds if r["round"] > 0), key=lambda r: r["round"]):
-        total += record["bytes_sent"] / max(len(record["active"]), 1)
-        out[float(record["round"])] = total
-    return out
 
 
 def plot_bytes(study: Study, metric: str, out_dir: Path) -> Path | None:
@@ -253,6 +277,7 @@ def plot_study(study: Study, out_dir: Path, metric: str | None) -> dict[str, Pat
         makers = [(f"final {metric} against spectral gap", lambda: plot_gap(study, metric, out_dir)),
                   (f"final {metric} against spectral gap, p and n_eff", lambda: plot_measures(study, metric, out_dir)),
                   (f"{metric} against round", lambda: plot_metric_rounds(study, metric, out_dir)),
+                  (f"{metric} against simulated time", lambda: plot_metric_time(study, metric, out_dir)),
                   *makers,
                   (f"{metric} against bytes sent per peer", lambda: plot_bytes(study, metric, out_dir))]
     written: dict[str, Path] = {}

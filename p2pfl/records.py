@@ -23,6 +23,10 @@ PEER_MEAN, PEER_MIN, PEER_MAX = "_peer_mean", "_peer_min", "_peer_max"
 AVG = "_avg"
 #: The per-peer metric of local training every Learner reports in the round records.
 LOSS = "loss"
+#: The simulated clock's keys, present only when it is on: the round records' cumulative `sim_time_s` (also at the
+#: top level of eval records), the round's `sim_round_s` and per-peer {peer: seconds} `sim_compute_s` etc.
+SIM_TIME, SIM_ROUND = "sim_time_s", "sim_round_s"
+SIM_COMPUTE, SIM_TRANSFER, SIM_IDLE = "sim_compute_s", "sim_transfer_s", "sim_idle_s"
 
 
 class SimClock(TypedDict, total=False):
