@@ -10,6 +10,7 @@ records, evaluation and plots. The pending update Δ_i lives in the peer's schem
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from typing import Any
@@ -72,9 +73,10 @@ class AsyncRunner(Runner):
                 k += 1
         self.batches = batches(self.events, cuts)
         self.evaluations: dict[int, float] = {}  # batch -> the evaluation time after it
-        ends = [b[0].time for b in self.batches[1:]] + [math.inf]
-        for t, (batch, following) in enumerate(zip(self.batches, ends), start=1):
-            due = [c for c in cuts if batch[-1].time <= c < following]
+        self.clocks = list(itertools.accumulate((max(e.time for e in b) for b in self.batches), max))
+        starts = [min(e.time for e in b) for b in self.batches[1:]] + [math.inf]
+        for t, (clock, following) in enumerate(zip(self.clocks, starts), start=1):
+            due = [c for c in cuts if clock <= c < following]
             if due:
                 self.evaluations[t] = due[-1]
         self.last_update = {e.peer: e.update for e in self.events}
@@ -131,11 +133,11 @@ class AsyncRunner(Runner):
         return local, averaged.events if averaged is not None else Events(), time.perf_counter() - t0
 
     def clock_round(self, t: int, parts: list[dict[str, Any]]) -> AsyncRound:
-        batch = self.batches[t - 1]
         before = self.sim_time
-        self.sim_time = batch[-1].time
+        self.sim_time = self.clocks[t - 1]  # the latest event done so far
         return AsyncRound(sim_round_s=self.sim_time - before, sim_time_s=self.sim_time,
-                          async_events=[[e.peer, e.partner, e.time, e.update, e.staleness] for e in batch])
+                          async_events=[[e.peer, e.partner, e.time, e.update, e.staleness]
+                                        for e in self.batches[t - 1]])
 
 
 __all__ = ["AsyncRunner", "matching", "pair_weights"]

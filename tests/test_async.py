@@ -11,15 +11,16 @@ import networkx as nx
 import numpy as np
 import pytest
 import torch
-from conftest import run_job
-from golden_cases import normalise
-from helpers_inproc import setup_algorithm
 
 from p2pfl.async_gossip import AsyncRunner
 from p2pfl.network.events import batches, schedule
 from p2pfl.network.timing import NetworkModel
 from p2pfl.run import main
 from p2pfl.seeding import numpy_rng, torch_generator
+
+from conftest import run_job
+from golden_cases import normalise
+from helpers_inproc import setup_algorithm
 
 
 def model(compute: list[float], latency: float = 0.0) -> NetworkModel:
@@ -35,10 +36,24 @@ def test_equal_step_times_and_no_latency_give_synchronous_steps_of_disjoint_pair
         assert e.time == e.update * 2 * 0.5
     per_peer = {p: [e.update for e in events if e.peer == p] for p in range(8)}
     assert per_peer == {p: list(range(1, 7)) for p in range(8)}
-    for batch in batches(events):
+    done = batches(events)
+    for batch in done:
         ends = [p for e in batch for p in (e.peer, e.partner)]
         assert len(ends) == len(set(ends))  # disjoint pairs
-        assert len({e.time for e in batch}) == 1 or all(a.time <= b.time for a, b in zip(batch, batch[1:]))
+    assert sorted(e for b in done for e in b) == sorted(events)
+    assert len(done) < len(events) / 2  # pairs run together
+
+
+def test_batches_keep_each_peers_order_and_run_disjoint_pairs_together() -> None:
+    """A brute force: executing the batches one after another touches each peer's events in the schedule's order,
+    and each event sits in the first batch after every earlier event that shares a peer with it."""
+    events = schedule(model([1.0, 1.3, 0.7, 1.1, 0.9, 1.2]), nx.complete_graph(6), 3, dict.fromkeys(range(6), 1.0),
+                      8, updates=60)
+    done = batches(events)
+    where = {id(e): b for b, batch in enumerate(done) for e in batch}
+    for idx, e in enumerate(events):
+        earlier = [where[id(f)] for f in events[:idx] if {f.peer, f.partner} & {e.peer, e.partner}]
+        assert where[id(e)] == max(earlier, default=-1) + 1
 
 
 def test_the_order_is_each_peers_own_draws_and_staleness_counts_the_averages_in_between() -> None:
@@ -81,7 +96,7 @@ def test_batches_respect_the_evaluation_cuts() -> None:
     for cut in (2.0, 5.0):
         for batch in batches(events, [2.0, 5.0]):
             assert all(e.time <= cut for e in batch) or all(e.time > cut for e in batch)
-    assert [e for b in batches(events, [2.0, 5.0]) for e in b] == events
+    assert sorted(e for b in batches(events, [2.0, 5.0]) for e in b) == sorted(events)
 
 
 CONSENSUS = {"algorithm": "consensus", "peers": 8, "topology": "cycle", "vector_size": 64, "vector_dtype": "float64",
@@ -92,20 +107,20 @@ def test_async_consensus_equals_a_direct_simulation_keeps_the_mean_and_converges
     algo = setup_algorithm(tmp_path, **CONSENSUS)
     runner = AsyncRunner(algo.ctx, algo)
     runner.run()
+    records = [json.loads(line) for line in (algo.ctx.run_dir / "metrics.jsonl").read_text().splitlines()]
+    logged = [e for r in records if r["type"] == "round" and r["round"] > 0 for e in r["async_events"]]
+    assert sorted(tuple(e[:2]) for e in logged) == sorted((e.peer, e.partner) for e in runner.events)
     initial = torch.stack([torch.randn(64, generator=torch_generator(6, p, "init"), dtype=torch.float64)
                            for p in range(8)])
     x = dict(enumerate(initial.clone()))
-    for e in runner.events:  # the recorded order, one pair at a time
-        avg = (x[e.peer] + x[e.partner]) / 2
-        x[e.peer], x[e.partner] = avg, avg.clone()
+    for i, j, *_ in logged:  # the recorded order, one pair at a time
+        avg = (x[i] + x[j]) / 2
+        x[i], x[j] = avg, avg.clone()
     for p in range(8):
         assert torch.allclose(algo.peers[p].x, x[p], rtol=1e-12, atol=1e-12)
     final, start = torch.stack([algo.peers[p].x for p in range(8)]), initial.mean(0)
     assert torch.allclose(final.mean(0), start, rtol=0, atol=1e-13)  # pairwise averaging keeps the mean
     assert (final - start).norm() < 1e-3 * (initial - start).norm()  # and reaches it
-    records = [json.loads(line) for line in (algo.ctx.run_dir / "metrics.jsonl").read_text().splitlines()]
-    logged = [tuple(e[:2]) for r in records if r["type"] == "round" and r["round"] > 0 for e in r["async_events"]]
-    assert logged == [(e.peer, e.partner) for e in runner.events]
 
 
 def test_async_runs_agree_on_1_2_and_4_ranks(tmp_path: Path) -> None:

@@ -7,8 +7,9 @@ model changes under it, and its own update, computed on the model it held when i
 more average. Each peer's times depend only on its own draws, so the whole order is a pure function of the seed,
 the graph and the network model (never of the data or the ranks), and every rank computes it alike.
 
-Pairs with no peer in common commute, so the order is executed as batches of disjoint pairs (`batches`): with
-every step time equal and no latency, every peer's n-th average happens at n · steps · c, the synchronous steps.
+Pairs with no peer in common commute, so the order is executed as batches of disjoint pairs (`batches`), each
+peer's events in their order: the same result as one event at a time. With every step time equal and no latency,
+every peer's n-th average happens at n · steps · c, the synchronous steps.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from p2pfl.network.timing import NetworkModel
 from p2pfl.seeding import numpy_rng
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Event:
     """Peer `peer` finished its local update number `update` (from 1) and averaged with `partner` at `time`;
     `staleness`: how many averages of others changed its model while it computed that update."""
@@ -71,22 +72,23 @@ def schedule(model: NetworkModel, graph: nx.Graph, seed: int, steps: Mapping[int
 
 
 def batches(events: Sequence[Event], cuts: Sequence[float] = ()) -> list[list[Event]]:
-    """The events as consecutive batches of disjoint pairs, each as long as it can be, a batch never running past
-    a time in `cuts` (the evaluation times: every event at or before a cut is done before it)."""
+    """The events as batches of disjoint pairs, as few as the order allows: an event goes into the batch after
+    the last one that touched either of its peers, so each peer meets its events in their order (the result is
+    the sequential one) while pairs that share no peer run together. No batch mixes events on both sides of a
+    time in `cuts` (the evaluation times: every event at or before a cut is done before it)."""
     out: list[list[Event]] = []
+    last: dict[int, int] = {}
     cut_times = sorted(cuts)
-    c = 0
-    busy: set[int] = set()
+    c, floor = 0, 0
     for event in events:
-        crossed = False
         while c < len(cut_times) and event.time > cut_times[c]:
             c += 1
-            crossed = True
-        if not out or crossed or event.peer in busy or event.partner in busy:
+            floor = len(out)
+        b = max(floor, last.get(event.peer, -1) + 1, last.get(event.partner, -1) + 1)
+        if b == len(out):
             out.append([])
-            busy = set()
-        out[-1].append(event)
-        busy.update((event.peer, event.partner))
+        out[b].append(event)
+        last[event.peer] = last[event.partner] = b
     return out
 
 

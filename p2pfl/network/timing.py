@@ -147,8 +147,8 @@ def from_config(cfg: RunConfig, n_peers: int, slow: Collection[int] = ()) -> Net
     peers, whose step time --straggler-slowdown multiplies."""
     compute = compute_times(n_peers, cfg.seed, cfg.compute_time, cfg.compute_spread, cfg.compute_trace, slow,
                             cfg.straggler_slowdown)
-    return NetworkModel(compute, latencies(n_peers, cfg.latency, cfg.latency_matrix), bandwidths(n_peers, cfg.upload_rate),
-                        bandwidths(n_peers, cfg.download_rate))
+    return NetworkModel(compute, latencies(n_peers, cfg.latency, cfg.latency_matrix),
+                        bandwidths(n_peers, cfg.upload_rate), bandwidths(n_peers, cfg.download_rate))
 
 
 __all__ = ["Link", "NetworkModel", "RoundTime", "bandwidths", "compute_times", "from_config", "latencies"]
