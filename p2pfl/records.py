@@ -248,6 +248,8 @@ class Summary(_Summary, total=False):
     """summary.json: the run, its wall time, the final evaluation's metrics, traffic per rank; then what the
     method adds (`Algorithm.summary`; a method's own entries are declared in a subtype next to the method)."""
 
+    sim_time_s: float  # the simulated clock at the end, in runs that keep one
+
 
 def _str_keys(value: Any) -> Any:
     return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) else value
@@ -426,6 +428,8 @@ class Manifest(BaseManifest, total=False):
     batch_peers: BatchPeers  # local trainers
     memory: PeerMemory  # local trainers
     memory_peak: MemoryPeak  # every run, at the end
+    clock: dict[str, Any]  # runs with the simulated clock: p2pfl.network.timing.NetworkModel.describe, and the mode
+    asynchronous: dict[str, Any]  # --mode async: events, batches, end time, message bytes, staleness
 
     partition: DataPartition  # methods that train on partitioned data
     dataset: DatasetInfo  # learners

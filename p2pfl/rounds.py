@@ -311,6 +311,8 @@ class Runner:
         peaks = world.allgather(peak_bytes(self.ctx.device))
         self.ctx.record_manifest(memory_peak={"per_rank": peaks, "max_bytes": max(p["peak_bytes"] for p in peaks)})
         extra = self.algo.summary()
+        if self.ctx.clock is not None:
+            extra = {**extra, "sim_time_s": self.eval_time(rounds, True)}
         stats = world.gather(self.ctx.transport.stats.snapshot())
         if not world.is_root:
             return None

@@ -117,9 +117,41 @@ def test_run_folder_holds_exactly_the_declared_records(runs: dict[str, Path], ca
     assert TIMING_FIELDS <= set(rounds[0]) and TIMING_FIELDS & set(records[0]) == {"elapsed_s"}
 
 
-def test_the_runs_write_every_declared_manifest_and_summary_key(runs: dict[str, Path]) -> None:
+CLOCK = ["--algorithm", "consensus", "--peers", "4", "--vector-size", "50", "--compute-time", "1", "--latency",
+         "0.1", "--no-progress", "--no-plots"]
+
+
+@pytest.fixture(scope="module")
+def clock_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A synchronous run with the simulated clock and an asynchronous one."""
+    from p2pfl.run import main
+
+    out = tmp_path_factory.mktemp("clock")
+    assert main([*CLOCK, "--rounds", "3", "--eval-every", "2", "--out", str(out), "--name", "sync"]) == 0
+    assert main([*CLOCK, "--mode", "async", "--updates", "12", "--eval-every-s", "1.5", "--out", str(out), "--name",
+                 "async"]) == 0
+    return {"sync": out / "sync", "async": out / "async"}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_clock_runs_hold_exactly_the_declared_records(clock_runs: dict[str, Path], mode: str) -> None:
+    path = clock_runs[mode]
+    assert problems(json.loads((path / "manifest.json").read_text()), Manifest, "manifest") == []
+    assert problems(json.loads((path / "summary.json").read_text()), Summary, "summary") == []
+    records = _lines(path)
+    assert problems(records[0], RoundStart, "round 0") == [] and records[0]["sim_time_s"] == 0.0
+    for record in records[1:]:
+        assert "sim_time_s" in record
+        if record["type"] == "round":
+            assert metric_names(record) == []  # the clock's per-peer seconds are not metrics
+        kind = RoundRecord if record["type"] == "round" else EvalRecord
+        assert problems(record, kind, f"{record['type']} {record['round']}") == []
+
+
+def test_the_runs_write_every_declared_manifest_and_summary_key(runs: dict[str, Path],
+                                                                clock_runs: dict[str, Path]) -> None:
     written = {name: set() for name in ("manifest", "summary")}
-    for path in runs.values():
+    for path in [*runs.values(), *clock_runs.values()]:
         for name in written:
             written[name] |= set(json.loads((path / f"{name}.json").read_text()))
     assert written["manifest"] == set(get_type_hints(Manifest))

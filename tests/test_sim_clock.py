@@ -52,6 +52,8 @@ def test_cycle_round_is_compute_plus_latency_plus_two_messages_over_the_shared_u
         assert set(record["sim_idle_s"].values()) == {0.0}
     evals = [r for r in records if r["type"] == "eval"]
     assert [e["sim_time_s"] for e in evals] == pytest.approx([2 * expected, 4 * expected], rel=1e-12)
+    summary = json.loads((tmp_path / "cycle" / "summary.json").read_text())
+    assert summary["sim_time_s"] == records[-2]["sim_time_s"]
 
 
 def test_star_hub_shares_its_upload_and_download(tmp_path: Path) -> None:

@@ -76,6 +76,8 @@ def summary_lines(summary: Summary, method_lines: list[str]) -> str:
         parts.append(f"  network ({net['kind']} topology): {net['links_per_round']:.1f} of "
                      f"{net['topology_links_per_round']:.1f} links used a round"
                      + (f"; crashed {net['crashed']} (not evaluated)" if net["crashed"] else ""))
+    if "sim_time_s" in summary:
+        parts.append(f"  simulated time               {summary['sim_time_s']:.6g} s")
     parts += [f"  {line}" for line in method_lines]
     parts.append(f"  run folder: {summary['run_dir']}")
     return "\n".join(parts)
