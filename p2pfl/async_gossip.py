@@ -11,8 +11,10 @@ records, evaluation and plots. The pending update Δ_i lives in the peer's schem
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import time
+import zlib
 from typing import Any
 
 import numpy as np
@@ -64,7 +66,8 @@ class AsyncRunner(Runner):
         until = cfg.sim_time or math.inf
         updates = cfg.updates or (None if cfg.sim_time else cfg.rounds * ctx.n_peers)
         self.events = schedule(ctx.clock, ctx.graph, cfg.seed, steps, size, until=until, updates=updates)
-        self.end_s = cfg.sim_time or (self.events[-1].time if self.events else 0.0)
+        capped = updates is not None and len(self.events) == updates  # the updates ran out before --sim-time
+        self.end_s = cfg.sim_time if cfg.sim_time and not capped else (self.events[-1].time if self.events else 0.0)
         cuts = []
         if cfg.eval_every_s:
             k = 1
@@ -77,8 +80,8 @@ class AsyncRunner(Runner):
         starts = [min(e.time for e in b) for b in self.batches[1:]] + [math.inf]
         for t, (clock, following) in enumerate(zip(self.clocks, starts), start=1):
             due = [c for c in cuts if clock <= c < following]
-            if due:
-                self.evaluations[t] = due[-1]
+            if due:  # the state after batch t is the state at each of them: first seen at the earliest
+                self.evaluations[t] = due[0]
         self.last_update = {e.peer: e.update for e in self.events}
         staleness = [e.staleness for e in self.events]
         ctx.record_manifest(asynchronous={
@@ -90,6 +93,20 @@ class AsyncRunner(Runner):
     @property
     def rounds(self) -> int:
         return len(self.batches)
+
+    @property
+    def plan(self) -> int:
+        """A digest of the batches and evaluations: a checkpoint continues only the plan it was taken in."""
+        shape = [[(e.peer, e.partner, e.update) for e in batch] for batch in self.batches]
+        return zlib.crc32(json.dumps([shape, sorted(self.evaluations.items()), self.end_s]).encode())
+
+    def checkpoint_extra(self) -> dict[str, Any]:
+        return {"sim_time_s": self.sim_time, "async_plan": self.plan}
+
+    def check_state(self, state: dict[str, Any]) -> None:
+        if state.get("async_plan") != self.plan:
+            raise ValueError("--resume: the asynchronous run's events differ from the checkpointed run's (resume "
+                             "with its --updates, --sim-time, --eval-every-s and network model)")
 
     def eval_due(self, t: int) -> bool:
         return t in self.evaluations

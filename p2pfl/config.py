@@ -423,6 +423,8 @@ def _validate_time(cfg: RunConfig) -> None:
         _check(value >= 0 and value == value, name, f"must be >= 0, got {value}")
     _check(cfg.straggler_slowdown >= 1.0, "straggler_slowdown", f"must be >= 1, got {cfg.straggler_slowdown}")
     _check(cfg.updates >= 0, "updates", f"must be >= 0, got {cfg.updates}")
+    _check(not cfg.compute_spread or (cfg.compute_time > 0 and cfg.compute_trace is None), "compute_spread",
+           "spreads --compute-time (> 0) around its median; not without it, nor with --compute-trace")
     for name in ("compute_trace", "latency_matrix"):
         path = getattr(cfg, name)
         _check(path is None or os.path.isfile(path), name, f"file not found: {path}")
@@ -444,6 +446,9 @@ def _validate_time(cfg: RunConfig) -> None:
     _check(cfg.link_failure == 0 and cfg.churn == 0 and cfg.crash is None and cfg.participation == 1.0
            and not cfg.resample, "mode", "async runs on a static network of peers always up: not with "
                                          "--link-failure, --churn, --crash, --participation or --resample")
+    _check(cfg.schedule == "constant", "schedule",
+           "--mode async counts no common rounds for a learning-rate schedule: use --schedule constant")
+    _check(cfg.fedbn == "off", "fedbn", "--mode async averages and updates the whole model: use --fedbn off")
     _check(cfg.fault is None or cfg.fault.startswith("raise@"), "fault",
            "--mode async injects only raise@RANK:ROUND (a round: a batch of its events)")
 

@@ -361,8 +361,14 @@ class Runner:
             save_peer(self.ctx.run_dir, peer, round, record_state(self.algo.peers[peer]))
         self.world.barrier()
         if self.world.is_root:
-            save_state(self.ctx.run_dir, round, self.ctx.n_peers,
-                       {"sim_time_s": self.sim_time} if self.ctx.clock is not None else None)
+            save_state(self.ctx.run_dir, round, self.ctx.n_peers, self.checkpoint_extra())
+
+    def checkpoint_extra(self) -> dict[str, Any] | None:
+        """What the checkpoint's state file keeps of the runner besides the round: the simulated clock."""
+        return {"sim_time_s": self.sim_time} if self.ctx.clock is not None else None
+
+    def check_state(self, state: dict[str, Any]) -> None:
+        """Refuse (ValueError, one line) a checkpoint this runner cannot continue; any will do here."""
 
     def restore(self) -> int:
         """Load the last checkpoint of the run folder; rounds continue after it. Returns its round."""
@@ -372,6 +378,7 @@ class Runner:
         for peer in self.ctx.local_peers:
             saved = load_peer(self.ctx.run_dir, peer, state["round"], self.ctx.device)
             restore_record(self.algo.peers[peer], saved, self.ctx.device, source=f"the checkpoint of peer {peer}")
+        self.check_state(state)
         self.first_round = state["round"] + 1
         self.sim_time = float(state.get("sim_time_s", 0.0))
         self.net = self.ctx.schedule.at(state["round"])

@@ -15,6 +15,7 @@ import torch
 from p2pfl.async_gossip import AsyncRunner
 from p2pfl.network.events import batches, schedule
 from p2pfl.network.timing import NetworkModel
+from p2pfl.rounds import LocalRound
 from p2pfl.run import main
 from p2pfl.seeding import numpy_rng, torch_generator
 
@@ -154,3 +155,61 @@ def test_a_resumed_async_run_equals_an_uninterrupted_one(tmp_path: Path) -> None
     full, part = normalise(tmp_path / "full" / "metrics.jsonl"), normalise(tmp_path / "part" / "metrics.jsonl")
     assert part == full
     assert any(r.get("loss_mean") for r in full)
+
+
+def test_each_update_is_computed_from_the_model_its_peer_held_when_it_started(tmp_path: Path) -> None:
+    """Consensus with a deterministic local update x <- 0.9 x + 0.01 (p + 1) n (n: the update's number) against a
+    direct simulation of the schedule, one event at a time: Δ_i = f(x_i) − x_i taken when i's update starts,
+    added to i alone after its average; stale updates (a partner's average in between) included."""
+    algo = setup_algorithm(tmp_path, **{**CONSENSUS, "updates": 120})
+
+    def f(x: torch.Tensor, p: int, n: int) -> torch.Tensor:
+        return 0.9 * x + 0.01 * (p + 1) * n
+
+    def local_updates(peers: list[int], round: int, net) -> LocalRound:
+        for p in peers:
+            algo.peers[p].x = f(algo.peers[p].x, p, round)
+        return LocalRound({p: {} for p in peers})
+
+    algo.local_updates = local_updates
+    runner = AsyncRunner(algo.ctx, algo)
+    runner.run()
+    x = {p: torch.randn(64, generator=torch_generator(6, p, "init"), dtype=torch.float64) for p in range(8)}
+    last = {e.peer: e.update for e in runner.events}
+    delta = {p: f(x[p], p, 1) - x[p] for p in last}
+    for e in runner.events:
+        i, j = e.peer, e.partner
+        x[i] = x[j] = (x[i] + x[j]) / 2
+        x[i] = x[i] + delta.pop(i)
+        if e.update < last[i]:
+            delta[i] = f(x[i], i, e.update + 1) - x[i]
+    assert any(e.staleness for e in runner.events)
+    for p in range(8):
+        assert torch.allclose(algo.peers[p].x, x[p], rtol=1e-10, atol=1e-10), p
+
+
+def test_evaluations_follow_every_event_before_them_and_none_after(tmp_path: Path) -> None:
+    """Peers of unequal speed (a trace: 1, 1, 3, 3 s a step) evaluated every 0.5 s: each evaluation comes after
+    the batch holding the last event at or before its time and before any later event, stamped with the earliest
+    evaluation time that state is seen at."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("1\n1\n3\n3\n")
+    algo = setup_algorithm(tmp_path, algorithm="consensus", peers=4, topology="cycle", vector_size=8,
+                           mode="async", compute_trace=str(trace), updates=20, eval_every_s=0.5)
+    runner = AsyncRunner(algo.ctx, algo)
+    assert runner.evaluations
+    for t, at in runner.evaluations.items():
+        assert at * 2 == int(at * 2)  # a multiple of 0.5
+        done = [e for b in runner.batches[:t] for e in b]
+        later = [e for b in runner.batches[t:] for e in b]
+        assert all(e.time <= at for e in done) and all(e.time > at for e in later)
+        assert at - 0.5 < max(e.time for e in done)  # the earliest cut after the state's last event
+
+
+def test_a_resume_with_other_events_is_refused(tmp_path: Path) -> None:
+    base = ["--algorithm", "consensus", "--peers", "6", "--vector-size", "20", "--mode", "async", "--compute-time",
+            "1", "--compute-spread", "0.3", "--checkpoint-every", "3", "--no-progress", "--no-plots"]
+    assert main([*base, "--updates", "30", "--out", str(tmp_path), "--name", "run"]) == 0
+    proc = run_job(["-m", "p2pfl.run", *base, "--updates", "40", "--resume", str(tmp_path / "run")], ranks=0)
+    assert proc.returncode == 2
+    assert "the asynchronous run's events differ from the checkpointed run's" in proc.stderr

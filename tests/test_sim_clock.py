@@ -121,7 +121,21 @@ def test_a_resumed_run_continues_the_clock(tmp_path: Path) -> None:
     ({"mode": "async", "compute_time": 1.0, "link_failure": 0.1}, "--mode: async runs on a static network"),
     ({"mode": "async", "compute_time": 1.0, "algorithm": "scaffold"}, "--mode: scaffold has no asynchronous form"),
     ({"compute_trace": "/nonexistent/trace.csv"}, "--compute-trace: file not found"),
+    ({"compute_spread": 0.5}, "--compute-spread: spreads --compute-time"),
+    ({"mode": "async", "compute_time": 1.0, "algorithm": "fedavg", "schedule": "cosine"},
+     "--schedule: --mode async counts no common rounds"),
+    ({"mode": "async", "compute_time": 1.0, "algorithm": "fedavg", "fedbn": "type"}, "--fedbn: --mode async"),
 ])
 def test_time_options_are_refused_with_one_line(options: dict, says: str) -> None:
     with pytest.raises(ConfigError, match=says.replace("(", r"\(")):
         resolve(make_config(**{"algorithm": "consensus", "peers": 4, **options}), 1)
+
+
+def test_a_trace_with_a_step_of_no_time_is_refused(tmp_path: Path) -> None:
+    """A zero step time would put a peer's every event at one instant (and an async run's end nowhere)."""
+    from p2pfl.network.timing import compute_times
+
+    trace = tmp_path / "trace.csv"
+    trace.write_text("1\n0\n2\n")
+    with pytest.raises(ValueError, match="every step time must be a positive number"):
+        compute_times(3, 0, 0.0, trace=trace)

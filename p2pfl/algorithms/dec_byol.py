@@ -66,6 +66,7 @@ class DecBYOLOptions:
 
 class DecBYOL(DecSSL):
     """BYOL peers on a gossip graph: online networks mixed, momentum targets local."""
+    asynchronous: ClassVar[bool] = False  # its target momentum follows the rounds, which async does not count
 
     name = "dec-byol"
     defaults = DEC_SSL_BUDGET  # no temperature: BYOL has none

@@ -167,6 +167,9 @@ class Quadratic(Algorithm):
             g += torch.randn(d, generator=peer.noise, dtype=F64, device=x.device) * math.sqrt(self.cfg.sgd_noise / d)
         return g
 
+    def local_steps(self, peer: int, net: RoundNetwork) -> float:
+        return float(self.cfg.local_steps or 1)
+
     def local_updates(self, peers: list[int], round: int, net: RoundNetwork) -> LocalRound:
         lr, steps = self.cfg.lr, self.cfg.local_steps or 1
         metrics = {}

@@ -116,6 +116,8 @@ def compute_times(n_peers: int, seed: int, seconds: float, spread: float = 0.0, 
         values = values.reshape(-1)
         if len(values) != n_peers:
             raise ValueError(f"--compute-trace {trace}: {len(values)} times for {n_peers} peers")
+        if not (np.isfinite(values) & (values > 0)).all():
+            raise ValueError(f"--compute-trace {trace}: every step time must be a positive number of seconds")
     else:
         z = np.array([numpy_rng(seed, p, "compute-time").standard_normal() for p in range(n_peers)])
         values = seconds * np.exp(spread * z) if spread else np.full(n_peers, float(seconds))
