@@ -184,10 +184,12 @@ class Run:
 
 
 def cumulative_bytes_per_peer(run: Run) -> dict[float, float]:
-    """Round -> bytes one peer sent up to that round: the sum over rounds of bytes_sent / active peers."""
+    """Round -> bytes one peer sent up to that round: the sum over rounds of bytes_sent / active peers (for an
+    asynchronous run, whose rounds are batches of a few pairs, / all peers: every peer takes part in the run)."""
     total, out = 0.0, {0.0: 0.0}
     for record in sorted((r for r in run.rounds if r["round"] > 0), key=lambda r: r["round"]):
-        total += record["bytes_sent"] / max(len(record["active"]), 1)
+        peers = record["bytes_sent_per_peer"] if "async_events" in record else record["active"]
+        total += record["bytes_sent"] / max(len(peers), 1)
         out[float(record["round"])] = total
     return out
 

@@ -272,3 +272,17 @@ def test_target_on_run_folders_is_a_note(study, tmp_path, monkeypatch, capsys):
     assert report_main([str(study / "runs" / point_name("clock", 1)), "--target", "0.7", "--no-plots"]) == 0
     assert "--target applies to study folders only" in capsys.readouterr().err
     assert load_study(study).groups[0].n_done == 3
+
+
+def test_bytes_per_peer_of_an_async_run_divide_by_every_peer_not_the_batch() -> None:
+    """A synchronous round's bytes are shared by its active peers; an asynchronous round (a batch of pairs, its
+    `active` the pairs' ends) by every peer of the run: 2 of 4 peers exchanged 100 B each, 50 B a peer."""
+    from types import SimpleNamespace
+
+    from analysis.runs import cumulative_bytes_per_peer
+
+    sync = {"round": 1, "bytes_sent": 200, "active": [0, 1], "bytes_sent_per_peer": {"0": 100, "1": 100}}
+    batch = {"round": 1, "bytes_sent": 200, "active": [0, 1], "async_events": [[0, 1, 1.0, 1, 0]],
+             "bytes_sent_per_peer": {"0": 100, "1": 100, "2": 0, "3": 0}}
+    assert cumulative_bytes_per_peer(SimpleNamespace(rounds=[sync])) == {0.0: 0.0, 1.0: 100.0}
+    assert cumulative_bytes_per_peer(SimpleNamespace(rounds=[batch])) == {0.0: 0.0, 1.0: 50.0}
