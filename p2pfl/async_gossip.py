@@ -10,6 +10,7 @@ records, evaluation and plots. The pending update Δ_i lives in the peer's schem
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -94,7 +95,7 @@ class AsyncRunner(Runner):
     def rounds(self) -> int:
         return len(self.batches)
 
-    @property
+    @functools.cached_property
     def plan(self) -> int:
         """A digest of the batches and evaluations: a checkpoint continues only the plan it was taken in."""
         shape = [[(e.peer, e.partner, e.update) for e in batch] for batch in self.batches]

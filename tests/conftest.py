@@ -75,6 +75,24 @@ def timing_free_records(run_dir: Path) -> list[dict]:
     return out
 
 
+def same_records_on_ranks(script: str, tmp_path: Path, timeout: float = 600) -> dict[str, list[dict]]:
+    """Run the tests/mpi `script` (one run folder per run under its OUT) in one process and under mpirun -n 2 and
+    4, assert that every run's records are equal bit for bit (timings aside) and that no receive timed out, and
+    return the one-process records by run name."""
+    from golden_cases import normalise
+
+    outputs = {}
+    for ranks in (0, 2, 4):
+        out = tmp_path / f"r{ranks}"
+        proc = run_job([script, str(out)], ranks=ranks, timeout=timeout)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "timeout" not in proc.stderr
+        outputs[ranks] = {d.name: normalise(d / "metrics.jsonl") for d in sorted(out.iterdir())}
+    for name, recs in outputs[0].items():
+        assert recs == outputs[2][name] == outputs[4][name], name  # bitwise, timings aside
+    return outputs[0]
+
+
 def four_ranks_equal_one(args: list[str], runs_dir: Path, timeout: float = 400) -> list[dict]:
     """Run `python ARGS` under mpirun -n 4 (run folder runs_dir/four) and in one process (runs_dir/one), assert
     that their records are equal bit for bit, and return the 4-rank records."""

@@ -19,7 +19,7 @@ from p2pfl.rounds import LocalRound
 from p2pfl.run import main
 from p2pfl.seeding import numpy_rng, torch_generator
 
-from conftest import run_job
+from conftest import run_job, same_records_on_ranks
 from golden_cases import normalise
 from helpers_inproc import setup_algorithm
 
@@ -124,17 +124,11 @@ def test_async_consensus_equals_a_direct_simulation_keeps_the_mean_and_converges
     assert (final - start).norm() < 1e-3 * (initial - start).norm()  # and reaches it
 
 
+@pytest.mark.mpi
 def test_async_runs_agree_on_1_2_and_4_ranks(tmp_path: Path) -> None:
-    outputs = {}
-    for ranks in (0, 2, 4):
-        out = tmp_path / f"r{ranks}"
-        proc = run_job(["tests/mpi/async_runs.py", str(out)], ranks=ranks, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        outputs[ranks] = {d.name: normalise(d / "metrics.jsonl") for d in sorted(out.iterdir())}
-    assert set(outputs[0]) == {"consensus", "fedavg"}
-    for name, recs in outputs[0].items():
-        assert recs == outputs[2][name] == outputs[4][name], name
-    fedavg = outputs[0]["fedavg"]
+    records = same_records_on_ranks("tests/mpi/async_runs.py", tmp_path)
+    assert set(records) == {"consensus", "fedavg"}
+    fedavg = records["fedavg"]
     assert [r["sim_time_s"] for r in fedavg if r["type"] == "eval"] == [4.0, 8.0, 12.0]
     assert any(e[4] > 0 for r in fedavg if r["type"] == "round" and r["round"] > 0 for e in r["async_events"])
 

@@ -11,8 +11,7 @@ import torch
 
 from p2pfl.run import main
 
-from conftest import run_job
-from golden_cases import normalise
+from conftest import run_job, same_records_on_ranks
 from helpers_inproc import setup_algorithm
 
 CONSENSUS = ["--algorithm", "consensus", "--peers", "8", "--vector-size", "200", "--eval-every", "0",
@@ -173,17 +172,9 @@ def test_a_lonely_peer_ends_every_rank_with_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.mpi
 def test_every_kind_gives_the_same_metrics_on_1_2_4_ranks(tmp_path: Path) -> None:
-    outputs = {}
-    for ranks in (0, 2, 4):
-        out = tmp_path / f"r{ranks}"
-        proc = run_job(["tests/mpi/network_runs.py", str(out)], ranks=ranks, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert "timeout" not in proc.stderr
-        outputs[ranks] = {d.name: normalise(d / "metrics.jsonl") for d in sorted(out.iterdir())}
-    assert len(outputs[0]) == 10
-    for name, recs in outputs[0].items():
-        assert recs == outputs[2][name] == outputs[4][name], name  # bitwise, timings aside
-    assert outputs[0]["churn-crash"][-1]["round"] == 6
+    records = same_records_on_ranks("tests/mpi/network_runs.py", tmp_path)
+    assert len(records) == 10
+    assert records["churn-crash"][-1]["round"] == 6
 
 
 def test_the_manifest_describes_the_topologys_own_weights_not_one_rounds_failures(tmp_path: Path) -> None:
