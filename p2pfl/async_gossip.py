@@ -19,6 +19,7 @@ import zlib
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from p2pfl.gossip import Events
@@ -26,28 +27,32 @@ from p2pfl.network import RoundNetwork
 from p2pfl.network.events import Event, batches, schedule
 from p2pfl.records import AsyncRound
 from p2pfl.rounds import Algorithm, LocalRound, RunContext, Runner
+from topologies import sparse
 
 #: The key of a peer's pending local update in its scheme state.
 DELTA = "async_delta"
 
 
-def pair_weights(adjacency: np.ndarray, active: frozenset[int]) -> np.ndarray:
+def pair_weights(adjacency: sp.csr_matrix, active: frozenset[int]) -> sp.csr_matrix:
     """W of a matching: ½ on each pair's entries, the identity elsewhere."""
-    n = len(adjacency)
-    weights = np.eye(n)
-    for i, j in zip(*np.nonzero(np.triu(adjacency | adjacency.T))):
-        weights[i, i] = weights[j, j] = weights[i, j] = weights[j, i] = 0.5
-    return weights
+    n = adjacency.shape[0]
+    rows, cols = sparse.pairs(adjacency)
+    paired = np.zeros(n, dtype=bool)
+    paired[rows] = paired[cols] = True
+    everyone = np.arange(n, dtype=np.int64)
+    values = np.concatenate([np.full(len(rows), 0.5), np.where(paired, 0.5, 1.0)])
+    return sparse.from_pairs(np.concatenate([rows, everyone]), np.concatenate([cols, everyone]), n, values,
+                             np.float64)
 
 
 def matching(t: int, events: list[Event], n_peers: int) -> RoundNetwork:
     """The round network of a batch of disjoint pairs: each pair hears each other, nobody else moves."""
-    adjacency = np.zeros((n_peers, n_peers), dtype=bool)
-    for e in events:
-        adjacency[e.peer, e.partner] = adjacency[e.partner, e.peer] = True
+    peer = np.array([e.peer for e in events], dtype=np.int64)
+    partner = np.array([e.partner for e in events], dtype=np.int64)
+    adjacency = sparse.from_pairs(np.concatenate([peer, partner]), np.concatenate([partner, peer]), n_peers)
     active = frozenset(p for e in events for p in (e.peer, e.partner))
     return RoundNetwork(round=t, adjacency=adjacency, W=pair_weights(adjacency, active), active=active,
-                        alive=frozenset(range(n_peers)), fresh=active, offered=int(adjacency.sum()),
+                        alive=frozenset(range(n_peers)), fresh=active, offered=int(adjacency.nnz),
                         reweigh=pair_weights)
 
 

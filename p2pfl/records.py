@@ -249,6 +249,8 @@ class Summary(_Summary, total=False):
     method adds (`Algorithm.summary`; a method's own entries are declared in a subtype next to the method)."""
 
     sim_time_s: float  # the simulated clock at the end, in runs that keep one
+    setup_s: float  # wall seconds from the command's start (imports aside) to its first round: parsing, network,
+    # exchange, run folder and the method's set-up
 
 
 def _str_keys(value: Any) -> Any:

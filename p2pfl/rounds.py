@@ -247,6 +247,7 @@ class Runner:
         self.net: RoundNetwork = ctx.schedule.at(0)
         self._links: list[tuple[int, int]] = []  # per round: (links used, links the topology offered)
         self.sim_time = 0.0  # the simulated clock (SPEC §9) at the end of the last round, on rank 0
+        self.setup_s: float | None = None  # the set-up's wall seconds, for summary.json (p2pfl.run sets it)
 
     @staticmethod
     def _parse_fault(spec: str | None) -> tuple[str | None, tuple[int, int] | None]:
@@ -313,6 +314,8 @@ class Runner:
         extra = self.algo.summary()
         if self.ctx.clock is not None:
             extra = {**extra, "sim_time_s": self.eval_time(rounds, True)}
+        if self.setup_s is not None:
+            extra = {**extra, "setup_s": self.setup_s}
         stats = world.gather(self.ctx.transport.stats.snapshot())
         if not world.is_root:
             return None

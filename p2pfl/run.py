@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     """Graph, weights, device, placement, exchange and run folder for a resolved run; collective."""
     cfg = run.cfg
     n_peers = cfg.peers
-    graph, schedule, described = agree(world, lambda: build_network(cfg))
+    graph, schedule, described = agree(world, lambda: build_network(cfg, described=world.is_root))
     clock = agree(world, lambda: timing.from_config(cfg, n_peers, schedule.stragglers)) if cfg.clock else None
     device = agree(world, lambda: select_device(cfg.device, world.local_rank))
     configure_determinism(cfg.threads, device)
@@ -64,6 +65,7 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     placement = Placement(n_peers, world.size)
     transport = Transport(world, graph, placement, timeout=cfg.timeout, chunk_bytes=cfg.chunk_mb << 20,
                           cuda_aware=cfg.cuda_aware_mpi)
+    transport.stats.track_links = clock is not None  # per-link bytes: what the simulated clock times
     checked = CheckedExchange(transport, world, reject_nonfinite=cfg.on_nonfinite == "rollback")
     robust = Robust(choose_byzantine(cfg.byzantine, n_peers, cfg.seed), attack=cfg.attack, scale=cfg.attack_scale,
                     aggregator=cfg.aggregator, trim=cfg.trim, clip_radius=cfg.clip_radius, peers=n_peers)
@@ -104,9 +106,10 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     return ctx
 
 
-def build_network(cfg: RunConfig) -> tuple[nx.Graph, NetworkSchedule, dict]:
-    """The support graph, the network schedule and the manifest's description of a resolved configuration;
-    a ValueError naming the option when the network cannot carry the run (a peer left with no neighbour)."""
+def build_network(cfg: RunConfig, described: bool = True) -> tuple[nx.Graph, NetworkSchedule, dict | None]:
+    """The support graph, the network schedule and the manifest's description of a resolved configuration (None
+    unless `described`: only rank 0 writes it); a ValueError naming the option when the network cannot carry the
+    run (a peer left with no neighbour)."""
     graph = support_graph(cfg, cfg.peers)
     schedule = NetworkSchedule.from_config(cfg, graph)
     lonely = schedule.lonely(cfg.rounds)
@@ -124,9 +127,11 @@ def build_network(cfg: RunConfig) -> tuple[nx.Graph, NetworkSchedule, dict]:
     if cfg.gossip == "relay":
         check_relay(schedule.kind, schedule.directed)
         RelayTree.of(graph)  # a disconnected graph has none: refused here, before training
-    described = topologies.describe(*shown_weights(schedule, cfg.rounds), gamma=cfg.n_eff_gamma)
-    described["stats"].update(network_p(schedule, cfg.rounds))  # a changing network's p: estimated over its rounds
-    return graph, schedule, described
+    if not described:
+        return graph, schedule, None
+    record = topologies.describe(*shown_weights(schedule, cfg.rounds), gamma=cfg.n_eff_gamma)
+    record["stats"].update(network_p(schedule, cfg.rounds))  # a changing network's p: estimated over its rounds
+    return graph, schedule, record
 
 
 def support_graph(cfg: RunConfig, n_peers: int) -> nx.Graph:
@@ -154,7 +159,10 @@ def shown_weights(schedule: NetworkSchedule, rounds: int) -> tuple[nx.Graph, np.
         return schedule.support, schedule.static_weights
     horizon = max(1, min(rounds, SHOWN_ROUNDS))
     everyone = range(schedule.n)
-    return schedule.support, sum(schedule.at(t, active=everyone).W for t in range(1, horizon + 1)) / horizon
+    total = schedule.at(1, active=everyone).W
+    for t in range(2, horizon + 1):
+        total = total + schedule.at(t, active=everyone).W
+    return schedule.support, total / horizon
 
 
 def biased_consensus_warning(cfg: RunConfig) -> str | None:
@@ -174,7 +182,7 @@ def build_algorithm(ctx: RunContext) -> Algorithm:
     return algorithm
 
 
-def _run(world: World, argv: Sequence[str] | None) -> int:
+def _run(world: World, argv: Sequence[str] | None, started: float | None = None) -> int:
     def parse() -> tuple[ResolvedRun, bool]:
         cfg, print_only = parse_args(argv)
         return resolve(cfg, world.size), print_only
@@ -191,6 +199,8 @@ def _run(world: World, argv: Sequence[str] | None) -> int:
         runner = (AsyncRunner if cfg.mode == "async" else Runner)(ctx, algorithm)
         if cfg.resume is not None:
             agree(world, runner.restore)
+        if started is not None:
+            runner.setup_s = world.allreduce_max(time.time() - started)  # the slowest rank's
         runner.run()
     if world.is_root and cfg.plots:
         _plots(ctx.run_dir)
@@ -209,9 +219,10 @@ def _plots(run_dir: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: any uncaught exception on any rank ends the whole job with that rank's traceback."""
+    started = time.time()
     world = World.detect()
     try:
-        return _run(world, argv)
+        return _run(world, argv, started)
     except SystemExit:
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure must end every rank

@@ -193,8 +193,8 @@ def test_trace_under_link_failures_and_local_steps(runs_dir: Path, scheme: str) 
                               rounds=60), 1).cfg
     schedule = NetworkSchedule.from_config(cfg, support_graph(cfg, K))
     a, b = _problem(1.0)
-    assert any(not np.allclose(schedule.at(t).W, _ring(K)) for t in range(1, 61))
-    _same_trace(got, _dense(scheme, lambda t: schedule.at(t).W, a, b, 60, local_steps=3))
+    assert any(not np.allclose(schedule.at(t).W.toarray(), _ring(K)) for t in range(1, 61))
+    _same_trace(got, _dense(scheme, lambda t: schedule.at(t).W.toarray(), a, b, 60, local_steps=3))
 
 
 def test_gradient_tracking_sends_two_vectors(ring_runs, runs_dir: Path) -> None:
@@ -219,7 +219,7 @@ def test_push_sum_keeps_the_masses_through_link_failures(runs_dir: Path) -> None
     schedule = NetworkSchedule.from_config(cfg, support_graph(cfg, K))
     assert any(schedule.at(t).links < K for t in range(1, 61))  # links did fail
     a, b = _problem(1.0)
-    _same_trace(np.array([r["error"] for r in run]), _dense("push-sum", lambda t: schedule.at(t).W, a, b, 60))
+    _same_trace(np.array([r["error"] for r in run]), _dense("push-sum", lambda t: schedule.at(t).W.toarray(), a, b, 60))
     assert all(abs(r["weight_sum"] - K) < 1e-12 for r in run)
     frozen = _records(_job(runs_dir, "frozen", *options, "--lr", "1e-300", rounds=60))
     assert all(abs(r["weight_sum"] - K) < 1e-12 and abs(r["numerator_sum"] - K * D) < 1e-11 for r in frozen)

@@ -34,7 +34,7 @@ def brute_force_metropolis(net, n: int) -> np.ndarray:
     """SPEC §1 Metropolis on the graph of the round's surviving links, entry by entry (identity elsewhere)."""
     g = nx.Graph()
     g.add_nodes_from(range(n))
-    g.add_edges_from((int(i), int(j)) for i, j in zip(*np.nonzero(net.adjacency)))
+    g.add_edges_from((int(i), int(j)) for i, j in zip(*np.nonzero(net.adjacency.toarray())))
     w = np.eye(n)
     for i in range(n):
         for j in g.neighbors(i):
@@ -49,7 +49,7 @@ def test_round_network_is_a_pure_function_of_seed_and_round(kind: str, options: 
     a, b = schedule(kind, **options), schedule(kind, **options)
     for t in (5, 1, 3, 5):  # any order, any number of times
         x, y = a.at(t), b.at(t)
-        assert np.array_equal(x.adjacency, y.adjacency) and np.array_equal(x.W, y.W)
+        assert np.array_equal(x.adjacency.toarray(), y.adjacency.toarray()) and np.array_equal(x.W.toarray(), y.W.toarray())
         assert x.active == y.active and x.alive == y.alive and x.digest() == y.digest()
 
 
@@ -60,12 +60,12 @@ def test_metropolis_recomputed_on_the_surviving_subgraph(kind: str, options: dic
     s = schedule(kind, **options)
     for t in range(1, 9):
         net = s.at(t)
-        a = net.adjacency
+        a = net.adjacency.toarray()
         assert np.array_equal(a, a.T)
-        np.testing.assert_allclose(net.W, brute_force_metropolis(net, K), atol=1e-15)
-        np.testing.assert_allclose(net.W.sum(axis=0), 1.0, atol=1e-12)
-        np.testing.assert_allclose(net.W.sum(axis=1), 1.0, atol=1e-12)
-        off = net.W - np.diag(np.diag(net.W))
+        np.testing.assert_allclose(net.W.toarray(), brute_force_metropolis(net, K), atol=1e-15)
+        np.testing.assert_allclose(net.W.toarray().sum(axis=0), 1.0, atol=1e-12)
+        np.testing.assert_allclose(net.W.toarray().sum(axis=1), 1.0, atol=1e-12)
+        off = net.W.toarray() - np.diag(np.diag(net.W.toarray()))
         assert ((off > 0) == a).all()
         outside = [p for p in range(K) if p not in net.active]
         assert not a[outside].any() and not a[:, outside].any()
@@ -73,24 +73,24 @@ def test_metropolis_recomputed_on_the_surviving_subgraph(kind: str, options: dic
 
 def test_max_degree_recomputed_on_the_surviving_subgraph() -> None:
     net = schedule("complete", mixing="max-degree", link_failure=0.5).at(2)
-    dmax = net.adjacency.sum(axis=1).max()
-    off = net.W - np.diag(np.diag(net.W))
-    np.testing.assert_allclose(off, net.adjacency / (1.0 + dmax), atol=1e-15)
+    dmax = net.adjacency.toarray().sum(axis=1).max()
+    off = net.W.toarray() - np.diag(np.diag(net.W.toarray()))
+    np.testing.assert_allclose(off, net.adjacency.toarray() / (1.0 + dmax), atol=1e-15)
     assert dmax < K - 1  # links did fail
 
 
 def test_uniform_stays_row_stochastic_over_the_closed_neighbourhood() -> None:
     net = schedule("star", mixing="uniform", churn=0.3).at(3)
     for i in net.active:
-        deg = net.adjacency[i].sum()
-        assert net.W[i, i] == pytest.approx(1 / (deg + 1))
-        np.testing.assert_allclose(net.W[i, net.adjacency[i]], 1 / (deg + 1))
+        deg = net.adjacency.toarray()[i].sum()
+        assert net.W.toarray()[i, i] == pytest.approx(1 / (deg + 1))
+        np.testing.assert_allclose(net.W.toarray()[i, net.adjacency.toarray()[i]], 1 / (deg + 1))
 
 
 def test_link_failures_happen_at_rate_q_independently_per_round() -> None:
     q, rounds = 0.2, 400
     s = schedule("cycle", n=20, link_failure=q)
-    kept = np.array([s.at(t).adjacency.sum() / 2 for t in range(1, rounds + 1)])  # cycle: 20 edges a round
+    kept = np.array([s.at(t).adjacency.toarray().sum() / 2 for t in range(1, rounds + 1)])  # cycle: 20 edges a round
     rate = 1 - kept.sum() / (20 * rounds)
     assert abs(rate - q) < 4 * math.sqrt(q * (1 - q) / (20 * rounds))
     assert len({s.at(t).digest() for t in range(1, 30)}) > 20  # a new draw each round
@@ -133,11 +133,11 @@ def test_one_peer_exponential_reaches_the_exact_average_in_log2_k_rounds() -> No
         tau = int(math.log2(n))
         for t in range(1, tau + 1):
             net = s.at(t)
-            assert (net.adjacency.sum(axis=1) == 1).all() and (net.adjacency.sum(axis=0) == 1).all()
+            assert (net.adjacency.toarray().sum(axis=1) == 1).all() and (net.adjacency.toarray().sum(axis=0) == 1).all()
             i = 0
             assert net.incoming[i] == ((i + 2 ** (t - 1)) % n,)
-            np.testing.assert_allclose(net.W[net.adjacency], 0.5)
-            product = net.W @ product
+            np.testing.assert_allclose(net.W.toarray()[net.adjacency.toarray()], 0.5)
+            product = net.W.toarray() @ product
             if t < tau:
                 assert np.abs(product - 1 / n).max() > 1e-3
         np.testing.assert_allclose(product, np.full((n, n), 1 / n), atol=1e-15)
@@ -150,9 +150,9 @@ def test_random_matching_is_a_maximal_matching_with_pairwise_averaging() -> None
         seen = set()
         for t in range(1, 30):
             net = s.at(t)
-            deg = net.adjacency.sum(axis=1)
+            deg = net.adjacency.toarray().sum(axis=1)
             assert (deg <= 1).all() and (deg == 0).sum() == n % 2
-            np.testing.assert_allclose(net.W[net.adjacency], 0.5)
+            np.testing.assert_allclose(net.W.toarray()[net.adjacency.toarray()], 0.5)
             seen.add(net.digest())
         assert len(seen) == 29
 
@@ -161,7 +161,7 @@ def test_resampled_graph_is_connected_and_new_each_round() -> None:
     s = schedule("resample", n=15)
     density = []
     for t in range(1, 40):
-        g = nx.from_numpy_array(s.at(t).adjacency.astype(int))
+        g = nx.from_numpy_array(s.at(t).adjacency.toarray().astype(int))
         assert nx.is_connected(g)
         density.append(g.number_of_edges() / (15 * 14 / 2))
     assert len({s.at(t).digest() for t in range(1, 40)}) == 39
@@ -173,10 +173,10 @@ def test_server_averages_everyone_it_reaches_and_is_never_churned_out() -> None:
     for t in range(1, 20):
         net = s.at(t)
         assert 0 in net.active
-        members = [0] + [i for i in sorted(net.active) if i and net.adjacency[i, 0]]
-        np.testing.assert_allclose(net.W[np.ix_(members, members)], 1 / len(members))
+        members = [0] + [i for i in sorted(net.active) if i and net.adjacency.toarray()[i, 0]]
+        np.testing.assert_allclose(net.W.toarray()[np.ix_(members, members)], 1 / len(members))
         others = [i for i in range(8) if i not in members]
-        np.testing.assert_allclose(net.W[np.ix_(others, others)], np.eye(len(others)))
+        np.testing.assert_allclose(net.W.toarray()[np.ix_(others, others)], np.eye(len(others)))
 
 
 def test_rejoining_peers_are_those_back_after_sitting_out() -> None:

@@ -159,10 +159,10 @@ def test_a_failed_tree_link_leaves_its_last_message() -> None:
     failed = 0
     for t in range(1, 31):
         net = schedule.at(t) if t <= 20 else calm.at(t)
-        failed += sum(not net.adjacency[j, i] for i, j in dense.edges)
+        failed += sum(not net.adjacency.toarray()[j, i] for i, j in dense.edges)
         work = SchemeRound(x, {p: torch.zeros(D, dtype=torch.float64) for p in x}, LR, tree=relay_tree)
         mixed = step("relay", gossip, work, state, net, t)
-        want = dense.round(X, up=_carried(net.adjacency))
+        want = dense.round(X, up=_carried(net.adjacency.toarray()))
         got = torch.stack([mixed.vectors[p] for p in range(n)]).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14)
     assert failed > 20  # the failures happened
@@ -181,7 +181,7 @@ def _dense_trace(graph: nx.Graph, rounds: int, zeta2: float, network=None) -> np
     errors = [np.mean((X - x_star) ** 2)]
     for t in range(1, rounds + 1):
         half = X - LR * a[:, None] * (a[:, None] * X - b)
-        X = dense.round(half, _carried(None if network is None else network(t).adjacency))
+        X = dense.round(half, _carried(None if network is None else network(t).adjacency.toarray()))
         errors.append(np.mean((X - x_star) ** 2))
     return np.array(errors)
 

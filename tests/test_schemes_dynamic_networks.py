@@ -162,7 +162,7 @@ def _dense(scheme: str, nets: list, rounds: int) -> np.ndarray:
     for t in range(1, rounds + 1):
         net = nets[t]
         active = sorted(net.active)
-        A, W = net.adjacency, net.W
+        A, W = net.adjacency.toarray(), net.W.toarray()
         if scheme == "push-sum":
             out = A.sum(axis=0)
             sent = {j: (X[j] - LR * grad(j, X[j] / w[j]), w[j]) for j in active}

@@ -13,7 +13,7 @@ from topologies.dynamic import DYNAMIC, Dynamic, both_ways, dynamic_names, regis
 from topologies.from_file import read_graph
 from topologies.measures import N_EFF_GAMMA
 from topologies.mixing import KINDS as MIXING_KINDS
-from topologies.mixing import mixing_matrix, register_mixing
+from topologies.mixing import mixing_matrix, mixing_weights, register_mixing
 from topologies.plot import draw
 from topologies.stats import describe, statistics
 
@@ -29,6 +29,7 @@ __all__ = [
     "draw",
     "dynamic_names",
     "mixing_matrix",
+    "mixing_weights",
     "names",
     "read_graph",
     "register",

@@ -11,7 +11,7 @@ from topologies.base import TopologyError, register
 def _graph(n: int, edges: list[tuple[int, int]] | np.ndarray) -> nx.Graph:
     g = nx.Graph()
     g.add_nodes_from(range(n))
-    g.add_edges_from((int(u), int(v)) for u, v in edges)
+    g.add_edges_from(map(tuple, np.asarray(edges, dtype=np.int64).reshape(-1, 2).tolist()))
     return g
 
 
@@ -45,6 +45,29 @@ def complete(n: int, seed: int = 0) -> nx.Graph:
     return _graph(n, [(i, j) for i in range(n) for j in range(i + 1, n)])
 
 
+#: Pairs drawn per block of rows in `_gnp_edges` (bounds its memory; the draws are the same whatever the block).
+GNP_BLOCK = 1 << 22
+
+
+def _gnp_edges(rng: np.random.Generator, n: int, p: float) -> np.ndarray:
+    """The pairs i < j (row-major, the upper triangle's order) whose uniform draw falls below p: one draw per pair,
+    taken from `rng` in that order block by block of rows, so memory stays O(GNP_BLOCK + edges) at any n."""
+    found = []
+    i = 0
+    while i < n - 1:
+        stop, width = i, 0
+        while stop < n - 1 and (width == 0 or width + (n - 1 - stop) <= GNP_BLOCK):
+            width += n - 1 - stop
+            stop += 1
+        lengths = n - 1 - np.arange(i, stop)
+        hits = np.flatnonzero(rng.random(width) < p)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        row = np.searchsorted(starts, hits, side="right") - 1
+        found.append(np.stack([i + row, i + row + 1 + hits - starts[row]], axis=1))
+        i = stop
+    return np.concatenate(found) if found else np.zeros((0, 2), dtype=np.int64)
+
+
 def sample_gnp(rng: np.random.Generator, n: int, p: float, max_tries: int = 100,
                what: str = "random topology") -> nx.Graph:
     """A connected Erdős–Rényi G(n, p) from `rng`: drawn again while disconnected, at most max_tries times."""
@@ -52,10 +75,8 @@ def sample_gnp(rng: np.random.Generator, n: int, p: float, max_tries: int = 100,
         raise TopologyError(f"{what}: p must be in (0, 1], got {p!r}")
     if isinstance(max_tries, bool) or not isinstance(max_tries, int) or max_tries < 1:
         raise TopologyError(f"{what}: max_tries must be an integer >= 1, got {max_tries!r}")
-    rows, cols = np.triu_indices(n, k=1)
     for _ in range(max_tries):
-        keep = rng.random(rows.size) < p
-        g = _graph(n, np.stack([rows[keep], cols[keep]], axis=1))
+        g = _graph(n, _gnp_edges(rng, n, float(p)))
         if nx.is_connected(g):
             return g
     raise TopologyError(f"{what}: G(n={n}, p={p}) was disconnected in all {max_tries} draws; raise p or max_tries")

@@ -7,6 +7,9 @@ blocks keep neighbours on a cycle or a binary tree mostly on the same rank, so m
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -32,3 +35,11 @@ class Placement:
         base, extra = divmod(self.n_peers, self.n_ranks)
         cut = extra * (base + 1)
         return peer // (base + 1) if peer < cut else extra + (peer - cut) // base
+
+    @cached_property
+    def ranks(self) -> np.ndarray:
+        """rank_of of every peer, as one array (vectorised lookups)."""
+        out = np.empty(self.n_peers, dtype=np.int64)
+        for r in range(self.n_ranks):
+            out[self.start(r):self.start(r + 1)] = r
+        return out

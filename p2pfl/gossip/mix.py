@@ -64,13 +64,13 @@ class Gossip:
         round and the weights are recomputed, so the result equals a round in which that link failed. Only the
         messages behind suspect results are checked."""
         got = self.checked.exchange(vectors, round, net.incoming, net=net, valid=None, codec=codec, tamper=tamper)
-        results = {p: rule.combine(p, vectors[p], received, net) for p, received in got.inbox.items()}
+        results = rule.combine_all(vectors, got.inbox, net)
         suspects = [p for p, (v, _) in results.items() if rule.suspect(p, v)]
         delivered = self.checked.delivery(got.inbox, round, self.checked.suspects_of(got.inbox, suspects), net,
                                           got.pending)
         assert delivered.net is not None
         if delivered.rejected:  # the surviving graph's weights may change every row
-            results = {p: rule.combine(p, vectors[p], delivered.kept(p), delivered.net) for p in got.inbox}
+            results = rule.combine_all(vectors, {p: delivered.kept(p) for p in got.inbox}, delivered.net)
         noted = sum((rule.events(p, delivered.kept(p)) for p in sorted(got.inbox)), Events())
         delivered.release()  # every result is a new tensor (or the receiver's own vector)
         cut = tuple(sorted((p, q) for p, (_, c) in results.items() for q in c))

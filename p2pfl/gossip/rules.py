@@ -3,7 +3,7 @@ class: `combine` (the vector and the neighbours it cut), `suspect` (whether a re
 messages behind it) and `events` (what else the round record says of a receiver's combination)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -21,16 +21,70 @@ def weighted_sum(own: torch.Tensor, received: dict[int, torch.Tensor], row: list
     return acc
 
 
+def stacked_sums(own: Mapping[int, torch.Tensor], inbox: Mapping[int, Mapping[int, torch.Tensor]],
+                 rows: Mapping[int, list[tuple[int, float]]]) -> dict[int, torch.Tensor] | None:
+    """`weighted_sum` of every receiver of `rows` at once, bitwise the same: the distinct vectors stacked into one
+    [vectors × parameters] buffer, then one fused multiply-add per slot of the rows (slot k: every receiver's k-th
+    term, in its row's ascending order), over the receivers whose rows are that long. The receivers are ordered
+    longest row first, so slot k's are a prefix of the buffer and the sum runs in place. None when the vectors
+    differ in shape, dtype or device (then each is summed on its own)."""
+    receivers = sorted(rows, key=lambda p: (-len(rows[p]), p))
+    if not receivers:
+        return {}
+    index: dict[int, int] = {}
+    stack: list[torch.Tensor] = []
+    sources = []
+    for p in receivers:
+        got = inbox.get(p, {})
+        slots = []
+        for j, _ in rows[p]:
+            x = got[j] if j in got else own[p]
+            if id(x) not in index:
+                index[id(x)] = len(stack)
+                stack.append(x)
+            slots.append(index[id(x)])
+        sources.append(slots)
+    first = stack[0]
+    if any(x.shape != first.shape or x.dtype != first.dtype or x.device != first.device for x in stack):
+        return None
+    vectors = torch.stack([x.reshape(-1) for x in stack])
+    acc = torch.zeros((len(receivers), first.numel()), dtype=first.dtype, device=first.device)
+    for k in range(len(rows[receivers[0]])):
+        count = sum(1 for p in receivers if len(rows[p]) > k)  # rows are longest first: slot k is a prefix
+        take = torch.tensor([sources[r][k] for r in range(count)], device=first.device)
+        weight = torch.tensor([rows[p][k][1] for p in receivers[:count]], dtype=first.dtype, device=first.device)
+        acc[:count].addcmul_(vectors.index_select(0, take), weight.unsqueeze(1))
+    return {p: acc[r].view(first.shape) for r, p in enumerate(receivers)}
+
+
 class Rule:
     """The interface; also the W-weighted mean x_i <- Σ_j W_ij x_j (with `sizes`, W_ij scaled by n_j and the row
     renormalised)."""
 
+    #: Whether the rule is a fixed weighted sum per receiver (`row`): then a rank's receivers combine at once
+    #: (`stacked_sums`), bitwise as each would alone.
+    linear = True
+
     def __init__(self, sizes: Sequence[float] | None = None) -> None:
         self.sizes = sizes
 
+    def row(self, peer: int, received: Mapping[int, torch.Tensor], net: RoundNetwork) -> list[tuple[int, float]]:
+        """The (source, weight) terms of a linear rule's sum, in order; a source not in `received` is the peer's
+        own vector."""
+        return net.row(peer, self.sizes)
+
     def combine(self, peer: int, own: torch.Tensor, received: dict[int, torch.Tensor], net: RoundNetwork
                 ) -> tuple[torch.Tensor, list[int]]:
-        return weighted_sum(own, received, net.row(peer, self.sizes)), []
+        return weighted_sum(own, received, self.row(peer, received, net)), []
+
+    def combine_all(self, own: Mapping[int, torch.Tensor], inbox: Mapping[int, dict[int, torch.Tensor]],
+                    net: RoundNetwork) -> dict[int, tuple[torch.Tensor, list[int]]]:
+        """`combine` of every receiver of `inbox`: stacked when the rule is linear and the vectors alike."""
+        if self.linear:
+            sums = stacked_sums(own, inbox, {p: self.row(p, got, net) for p, got in inbox.items()})
+            if sums is not None:
+                return {p: (sums[p], []) for p in inbox}
+        return {p: self.combine(p, own[p], got, net) for p, got in inbox.items()}
 
     def suspect(self, peer: int, result: torch.Tensor) -> bool:
         """Whether the messages behind `result` must be checked: any non-finite input makes a weighted sum (and
@@ -47,6 +101,8 @@ class RobustRule(Rule):
     """--aggregator with --byzantine: honest peers combine with the run's robust aggregator (p2pfl.byzantine)
     and report where their neighbourhood lowered its trim; attackers keep their own vector and check what they
     heard."""
+
+    linear = False
 
     def __init__(self, robust: Robust, sizes: Sequence[float] | None = None, scratch: Scratch | None = None) -> None:
         super().__init__(sizes)

@@ -54,12 +54,13 @@ itself is fixed: changing graphs (resampled, dynamic and one-way topologies) are
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from p2pfl.gossip.checked import Events
@@ -87,10 +88,16 @@ class Lazy(Rule):
         mixed, _ = super().combine(peer, own, received, net)
         return mixed.add_(own).mul_(0.5), []
 
+    def combine_all(self, own: Mapping[int, torch.Tensor], inbox: Mapping[int, dict[int, torch.Tensor]],
+                    net: RoundNetwork) -> dict[int, tuple[torch.Tensor, list[int]]]:
+        return {p: (mixed.add_(own[p]).mul_(0.5), []) for p, (mixed, _) in super().combine_all(own, inbox, net).items()}
+
 
 class PushSum(Rule):
     """Column-stochastic mixing: the share a peer kept plus every (pre-split) message that reached it, in ascending
     sender order (the same sum whichever ranks the peers sit on)."""
+
+    linear = False  # its sum starts from the peer's own share (a clone), not from zero
 
     def combine(self, peer: int, own: torch.Tensor, received: dict[int, torch.Tensor], net: RoundNetwork
                 ) -> tuple[torch.Tensor, list[int]]:
@@ -135,10 +142,11 @@ class RelayTree:
         """Receiver -> the senders whose `slot`-th tree neighbour it is, on the links the round carries (both ends
         active, the link up): the same on every rank."""
         out: dict[int, list[int]] = {}
+        carried = net.incoming
         for i, nbrs in self.neighbours.items():
             if len(nbrs) > slot:
                 j = nbrs[slot]
-                if i in net.active and j in net.active and net.adjacency[j, i]:
+                if i in net.active and j in net.active and i in carried[j]:
                     out.setdefault(j, []).append(i)
         return {j: tuple(senders) for j, senders in sorted(out.items())}
 
@@ -157,16 +165,23 @@ def model(x: torch.Tensor, state: dict[str, torch.Tensor]) -> torch.Tensor:
     return x / state["w"] if "w" in state else x
 
 
-def lambda_min(W: np.ndarray) -> float:
+def lambda_min(W: np.ndarray | sp.spmatrix) -> float:
     """The smallest eigenvalue of W (its real part: row-stochastic weights need not be symmetric)."""
-    return float(np.min(np.linalg.eigvals(W).real))
+    dense = W.toarray() if sp.issparse(W) else np.asarray(W)
+    return float(np.min(np.linalg.eigvals(dense).real))
 
 
-def check_weights(scheme: str, weights: Sequence[np.ndarray]) -> None:
+def _key(W: np.ndarray | sp.spmatrix) -> bytes:
+    if sp.issparse(W):
+        return W.indptr.tobytes() + W.indices.tobytes() + W.data.tobytes()
+    return np.asarray(W).tobytes()
+
+
+def check_weights(scheme: str, weights: Sequence[np.ndarray | sp.spmatrix]) -> None:
     """Refuse before training a d2 run whose W (any round's) has λ_min < −1/3: one line naming exact diffusion."""
     if scheme != "d2":
         return
-    for W in {W.tobytes(): W for W in weights}.values():  # a changing network repeats its Ws: each checked once
+    for W in {_key(W): W for W in weights}.values():  # a changing network repeats its Ws: each checked once
         low = lambda_min(W)
         if low < D2_LAMBDA_MIN - D2_TOLERANCE:
             raise ValueError(f"--gossip d2: needs λ_min(W) >= -1/3, this network's W has {low:.4f}; use --gossip "
@@ -220,7 +235,8 @@ def step(scheme: str, gossip: Gossip, work: SchemeRound, state: dict[int, dict[s
             state[p]["m"] = mu * m[p] + (1 - mu) * (x[p] - mixed.vectors[p]) / lr
         return mixed
     if scheme == "push-sum":
-        out = net.adjacency.sum(axis=0)  # A[i, j]: i hears from j, so column j counts j's surviving out-links
+        out = np.bincount(net.adjacency.indices, minlength=net.n_peers)  # A[i, j]: i hears from j, so column j
+        # counts j's surviving out-links
         sent = {}
         for p in x:
             w = state[p].get("w", torch.ones(1, dtype=x[p].dtype, device=x[p].device))

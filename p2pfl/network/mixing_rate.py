@@ -42,7 +42,7 @@ def estimate_p(schedule: NetworkSchedule, rounds: int) -> tuple[float, int]:
         net = schedule.at(t)
         keep = sorted(net.alive)
         x = rng.standard_normal((len(keep), COLUMNS))
-        ratios.append(contraction(net.W[np.ix_(keep, keep)], x))
+        ratios.append(contraction(net.W[keep][:, keep], x))
     return 1.0 - float(np.mean(ratios)), len(ratios)
 
 

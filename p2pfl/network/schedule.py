@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 import numpy as np
+import scipy.sparse as sp
 
 import topologies
+from topologies import sparse
 from p2pfl.network.faults import choose_stragglers, parse_crashes
 from p2pfl.records import NetworkManifest, NetworkRecord
 from p2pfl.seeding import SHARED, numpy_rng
@@ -52,11 +54,12 @@ def active_peers(seed: int, round: int, n_peers: int, rho: float) -> set[int]:
 @dataclass(frozen=True, eq=False)
 class RoundNetwork:
     """The network of one round: A[i, j] means peer i hears from peer j; W its mixing matrix (identity rows for
-    peers not active); the active, alive, rejoining and fresh peers; the stragglers' share of local steps."""
+    peers not active); the active, alive, rejoining and fresh peers; the stragglers' share of local steps.
+    A and W are sparse (scipy CSR, indices ascending): a round costs O(links), never K × K."""
 
     round: int
-    adjacency: np.ndarray
-    W: np.ndarray
+    adjacency: sp.csr_matrix
+    W: sp.csr_matrix
     active: frozenset[int]
     alive: frozenset[int]
     rejoining: frozenset[int] = frozenset()  # active now, not in the round before: their model is stale
@@ -64,22 +67,19 @@ class RoundNetwork:
     work: Mapping[int, float] = field(default_factory=dict)  # active straggler -> fraction of its local steps
     server: bool = False
     offered: int = 0  # links of the round's topology before anyone was out and before link failures
-    reweigh: Callable[[np.ndarray, frozenset[int]], np.ndarray] | None = field(default=None, repr=False)
+    reweigh: Callable[[sp.csr_matrix, frozenset[int]], sp.csr_matrix] | None = field(default=None, repr=False)
+    directed: bool = False  # one-way links: a failed link fails one way only
 
     def without(self, links: Iterable[tuple[int, int]]) -> RoundNetwork:
         """This round with the (receiver, sender) links failed as well, both ways on an undirected graph, and
         the weights recomputed (a rejected message counts as a failed link)."""
-        a = self.adjacency.copy()
-        for i, j in links:
-            a[i, j] = False
-            if np.array_equal(self.adjacency, self.adjacency.T):
-                a[j, i] = False
+        a = sparse.without(self.adjacency, links, both_ways=not self.directed)
         assert self.reweigh is not None, "a RoundNetwork from NetworkSchedule.at"
         return replace(self, adjacency=a, W=self.reweigh(a, self.active))
 
     @property
     def n_peers(self) -> int:
-        return len(self.W)
+        return self.W.shape[0]
 
     @property
     def crashed(self) -> frozenset[int]:
@@ -88,16 +88,25 @@ class RoundNetwork:
     @cached_property
     def incoming(self) -> dict[int, tuple[int, ...]]:
         """Per active peer, the peers it hears from this round, ascending (the exchange's links)."""
-        return {i: tuple(int(j) for j in np.flatnonzero(self.adjacency[i])) for i in sorted(self.active)}
+        a = self.adjacency
+        indices = a.indices.tolist()
+        bounds = a.indptr.tolist()
+        return {i: tuple(indices[bounds[i]:bounds[i + 1]]) for i in sorted(self.active)}
 
     def degree(self, peer: int) -> int:
         """How many peers `peer` hears from this round."""
-        return int(self.adjacency[peer].sum())
+        return int(self.adjacency.indptr[peer + 1] - self.adjacency.indptr[peer])
+
+    @cached_property
+    def _rows(self) -> tuple[list[int], list[int], list[float]]:
+        return self.W.indptr.tolist(), self.W.indices.tolist(), self.W.data.tolist()
 
     def row(self, peer: int, sizes: Sequence[float] | None = None) -> list[tuple[int, float]]:
         """Peer's mixing weights over its closed in-neighbourhood, ascending by neighbour, summing to 1; with
         `sizes` each W_ij is scaled by n_j first (data-size weighting: FedAvg on complete/uniform or a server)."""
-        row = [(int(j), float(self.W[peer, j])) for j in np.flatnonzero(self.W[peer])]
+        bounds, indices, data = self._rows
+        lo, hi = bounds[peer], bounds[peer + 1]
+        row = list(zip(indices[lo:hi], data[lo:hi]))
         if sizes is not None:
             row = [(j, w * float(sizes[j])) for j, w in row]
         total = sum(w for _, w in row)
@@ -110,17 +119,19 @@ class RoundNetwork:
     @property
     def links(self) -> int:
         """Messages of one exchange along the round's links (i hears from j counts once)."""
-        return int(self.adjacency.sum())
+        return int(self.adjacency.nnz)
 
     def digest(self) -> str:
-        """crc32 of the round's link matrix: two rounds with equal digests used the same links."""
-        return f"{zlib.crc32(np.packbits(self.adjacency).tobytes()):08x}"
+        """crc32 of the round's links, as (receiver, sender) int64 pairs row-major: two rounds with equal digests
+        used the same links."""
+        rows, cols = sparse.pairs(self.adjacency)
+        return f"{zlib.crc32(np.stack([rows, cols], axis=1).tobytes()):08x}"
 
     def sigma2(self) -> float:
         """‖W − J‖₂ over the alive peers (J = 11ᵀ/|alive|): a round shrinks the consensus distance by at most
         its square when W is doubly stochastic (SPEC §1), so Π σ2² over the rounds used is the prediction."""
         keep = sorted(self.alive)
-        w = self.W[np.ix_(keep, keep)]
+        w = self.W[keep][:, keep].toarray()
         return float(np.linalg.norm(w - np.full(w.shape, 1.0 / len(keep)), 2)) if keep else 0.0
 
     def record(self, spectral: bool) -> NetworkRecord:
@@ -135,14 +146,7 @@ class RoundNetwork:
         return out
 
 
-def _links_matrix(graph: nx.Graph | nx.DiGraph, n: int) -> np.ndarray:
-    """A[i, j] = True when i hears from j: both ways for an undirected graph, j -> i for a directed one."""
-    a = np.zeros((n, n), dtype=bool)
-    for u, v in graph.edges:
-        a[v, u] = True
-        if not graph.is_directed():
-            a[u, v] = True
-    return a
+_links_matrix = sparse.links_matrix
 
 
 class NetworkSchedule:
@@ -175,6 +179,8 @@ class NetworkSchedule:
         else:
             self.kind = dynamic.name if dynamic is not None else "resample"
             self.support = dynamic.support(n_peers) if dynamic is not None else topologies.build("complete", n_peers)
+        self._support_pairs: tuple[np.ndarray, np.ndarray] | None = None
+        self._incoming: dict[int, tuple[int, ...]] | None = None  # the static everyone-up round's links
 
     @classmethod
     def from_config(cls, cfg: RunConfig, graph: nx.Graph) -> NetworkSchedule:
@@ -190,7 +196,7 @@ class NetworkSchedule:
                    stragglers=choose_stragglers(cfg.seed, n, cfg.stragglers, cfg.straggler_work), rejoin=cfg.rejoin)
 
     # ------------------------------------------------------------------ the pieces of round t
-    def topology_links(self, t: int) -> np.ndarray:
+    def topology_links(self, t: int) -> sp.csr_matrix:
         """The links of round t before anyone is out and before link failures."""
         if self.kind == "static":
             return self._static
@@ -201,7 +207,12 @@ class NetworkSchedule:
 
     def alive(self, t: int) -> frozenset[int]:
         """Peers not crashed by round t (a crash P@R takes P out from round R on, for good)."""
-        return frozenset(p for p in range(self.n) if self.crashes.get(p, t + 1) > t)
+        gone = {p for p, r in self.crashes.items() if r <= t}
+        return frozenset(range(self.n)) - gone if gone else self._everyone
+
+    @cached_property
+    def _everyone(self) -> frozenset[int]:
+        return frozenset(range(self.n))
 
     def active(self, t: int) -> frozenset[int]:
         """Peers taking part in round t: alive, drawn by --participation, not out by --churn (round 0: all alive)."""
@@ -216,30 +227,53 @@ class NetworkSchedule:
             drawn.add(HUB)
         return frozenset(drawn) & alive
 
-    def _failures(self, t: int) -> np.ndarray:
+    def _failures(self, t: int) -> sp.csr_matrix:
         """Links that fail in round t, each independently with probability --link-failure (an undirected edge
-        fails both ways); drawn over every pair so an edge's fate does not depend on who else is up."""
-        u = numpy_rng(self.seed, SHARED, f"links/{t}").random((self.n, self.n)) < self.link_failure
+        fails both ways, a one-way link on its own): one draw per link of the support graph, in its sorted order
+        (i < j; a directed schedule draws i -> j, then j -> i), so a link's fate does not depend on who else is up."""
+        if self._support_pairs is None:
+            edges = np.array(sorted((min(u, v), max(u, v)) for u, v in self.support.edges), dtype=np.int64)
+            self._support_pairs = edges[:, 0].copy(), edges[:, 1].copy()
+        lo, hi = self._support_pairs
+        rng = numpy_rng(self.seed, SHARED, f"links/{t}")
         if self.directed:
-            return u
-        upper = np.triu(u, 1)
-        return upper | upper.T
+            u = rng.random((len(lo), 2)) < self.link_failure
+            rows = np.concatenate([hi[u[:, 0]], lo[u[:, 1]]])  # i -> j fails: j no longer hears i
+            cols = np.concatenate([lo[u[:, 0]], hi[u[:, 1]]])
+        else:
+            u = rng.random(len(lo)) < self.link_failure
+            rows = np.concatenate([lo[u], hi[u]])
+            cols = np.concatenate([hi[u], lo[u]])
+        return sparse.from_pairs(rows, cols, self.n)
 
-    def _weights(self, a: np.ndarray, active: frozenset[int]) -> np.ndarray:
+    def _weights(self, a: sp.csr_matrix, active: frozenset[int]) -> sp.csr_matrix:
         """W on the round's surviving links `a` (rows and columns of peers not active are empty)."""
+        n = self.n
         if self.server:
-            w = np.eye(self.n)
+            members = []
             if HUB in active:
-                members = [HUB] + [i for i in sorted(active) if i != HUB and a[i, HUB] and a[HUB, i]]
-                w[np.ix_(members, members)] = 1.0 / len(members)
-            return w
+                rows, cols = sparse.pairs(a)
+                both = set(cols[rows == HUB].tolist()) & set(rows[cols == HUB].tolist())
+                members = [HUB] + [i for i in sorted(active) if i != HUB and i in both]
+            inside = np.zeros(n, dtype=bool)
+            inside[members] = True
+            outside = np.flatnonzero(~inside)
+            m = np.asarray(members, dtype=np.int64)
+            rows = np.concatenate([np.repeat(m, len(m)), outside])
+            cols = np.concatenate([np.tile(m, len(m)), outside])
+            values = np.concatenate([np.full(len(m) ** 2, 1.0 / max(1, len(m))), np.ones(len(outside))])
+            return sparse.from_pairs(rows, cols, n, values, np.float64)
         af = a.astype(np.float64)
         if self.directed:
-            return (af + np.eye(self.n)) / (af.sum(axis=1) + 1.0)[:, None]
+            rows, cols = sparse.pairs(af)
+            share = 1.0 / (np.diff(af.indptr) + 1.0)
+            everyone = np.arange(n, dtype=np.int64)
+            return sparse.from_pairs(np.concatenate([rows, everyone]), np.concatenate([cols, everyone]), n,
+                                     np.concatenate([share[rows], share]), np.float64)
         return KINDS[self.mixing](af)
 
     @property
-    def static_weights(self) -> np.ndarray:
+    def static_weights(self) -> sp.csr_matrix:
         """W of the static graph with every peer and link up (what the topology itself mixes by)."""
         return self._static_W
 
@@ -249,19 +283,25 @@ class NetworkSchedule:
         act = self.active(t) if active is None else frozenset(active) & alive
         base = self.topology_links(t)
         everyone = len(act) == self.n
-        if self.kind == "static" and everyone and self.link_failure == 0.0:
+        static = self.kind == "static" and everyone and self.link_failure == 0.0
+        if static:
             a, w = self._static, self._static_W
         else:
             mask = np.zeros(self.n, dtype=bool)
             mask[sorted(act)] = True
-            a = base & mask[:, None] & mask[None, :]
+            a = sparse.among(base, mask)
             if self.link_failure > 0.0:
-                a = a & ~self._failures(t)
+                a = sparse.difference(a, self._failures(t))
             w = self._weights(a, act)
         before = self.active(t - 1) if t >= 2 else act
-        return RoundNetwork(round=t, adjacency=a, W=w, active=act, alive=alive, rejoining=act - before,
-                            fresh=act & before, work={p: f for p, f in self.stragglers.items() if p in act},
-                            server=self.server, offered=int(base.sum()), reweigh=self._weights)
+        net = RoundNetwork(round=t, adjacency=a, W=w, active=act, alive=alive, rejoining=act - before,
+                           fresh=act & before, work={p: f for p, f in self.stragglers.items() if p in act},
+                           server=self.server, offered=int(base.nnz), reweigh=self._weights, directed=self.directed)
+        if static:  # every such round has the same links: the exchange's map is built once
+            if self._incoming is None:
+                self._incoming = net.incoming
+            net.__dict__["incoming"] = self._incoming
+        return net
 
     # ------------------------------------------------------------------ checks and description
     def lonely(self, rounds: int) -> list[int]:
@@ -274,7 +314,9 @@ class NetworkSchedule:
             alive = self.alive(t)
             mask = np.zeros(self.n, dtype=bool)
             mask[sorted(alive)] = True
-            hears = (self.topology_links(t) & mask[None, :]).any(axis=1)
+            rows, cols = sparse.pairs(self.topology_links(t))
+            hears = np.zeros(self.n, dtype=bool)
+            hears[rows[mask[cols]]] = True
             seen |= alive
             heard |= {int(p) for p in np.flatnonzero(hears & mask)}
         return sorted(seen - heard)
