@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, TypedDict
 
 # ------------------------------------------------------------------------------------------------ metrics.jsonl
 
@@ -305,7 +305,7 @@ class TopologyStats(TypedDict):
     doubly_stochastic: bool
     # which of these are estimates and how, one line each ("n_eff: Hutchinson ...", "diameter: lower bound ...");
     # [] up to topologies.measures.DENSE_MAX peers, where every statistic is exact; absent in older runs
-    estimated: NotRequired[list[str]]
+    estimated: list[str]
 
 
 class TopologyRecord(TypedDict):
@@ -313,12 +313,11 @@ class TopologyRecord(TypedDict):
 
     `weights` holds every nonzero of W as [i, j, W_ij] (i, j ints), row-major: i ascending, then j ascending,
     the diagonal W_ii included where nonzero; entries not listed are 0 and K is stats.n_nodes. Runs written before
-    it hold the dense K×K `mixing` instead. Read either with topologies.stats.mixing_of (dense) or
-    sparse_mixing_of (CSR)."""
+    it hold the dense K×K `mixing` (row i a list of K floats) instead. Read either with topologies.stats.mixing_of
+    (dense) or sparse_mixing_of (CSR)."""
 
     edges: list[list[int]]
     weights: list[list[float]]
-    mixing: NotRequired[list[list[float]]]  # older runs only: W dense, row i a list of K floats
     stats: TopologyStats
 
 
