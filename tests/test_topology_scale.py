@@ -69,6 +69,25 @@ def test_exact_sparse_diameter_equals_networkx(name, k, params, mixing, monkeypa
     assert stats.diameter(graph) == (nx.diameter(graph), None)
 
 
+def _half_ring(k: int, lazy: float) -> np.ndarray:
+    """A ring whose peers keep `lazy` and split the rest between their two neighbours (at 0, even K: λ_K = −1)."""
+    ring = nx.to_numpy_array(nx.cycle_graph(k))
+    return lazy * np.eye(k) + (1 - lazy) / 2 * ring
+
+
+@pytest.mark.parametrize("w", [_case("cycle", 300, {}, "metropolis")[1], _case("chain", 200, {}, "metropolis")[1],
+                               _case("binary-tree", 255, {}, "metropolis")[1],
+                               _case("random", 200, {"p": 0.05}, "metropolis")[1],
+                               _half_ring(200, 0.01), _half_ring(200, 0.0)])
+def test_shift_invert_gives_the_dense_lambda2(w, monkeypatch):
+    """The fallback for a stalled Lanczos, also where |λ_K| beats λ2 (a periodic ring: |λ_K| = 1)."""
+    dense = stats.second_eigenvalue_modulus(w)
+    assert measures._shift_invert_radius(sp.csr_matrix(w)) == pytest.approx(dense, abs=1e-8)
+    monkeypatch.setattr(measures, "DENSE_MAX", 8)
+    monkeypatch.setattr(measures, "LANCZOS_RESTARTS", 1)  # Lanczos may now stop short: the fallback answers
+    assert stats.second_eigenvalue_modulus(sp.csr_matrix(w)) == pytest.approx(dense, abs=1e-8)
+
+
 def test_a_disconnected_graph_raises_as_networkx_does(sparse_path):
     graph = nx.disjoint_union(nx.cycle_graph(10), nx.cycle_graph(10))
     with pytest.raises(nx.NetworkXError):
