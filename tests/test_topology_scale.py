@@ -88,7 +88,10 @@ def test_shift_invert_gives_the_dense_lambda2(w, monkeypatch):
     assert stats.second_eigenvalue_modulus(sp.csr_matrix(w)) == pytest.approx(dense, abs=1e-8)
 
 
-def test_a_disconnected_graph_raises_as_networkx_does(sparse_path):
+@pytest.mark.parametrize("exact_max", [8, 100])
+def test_a_disconnected_graph_raises_as_networkx_does(exact_max, monkeypatch):
+    monkeypatch.setattr(measures, "DENSE_MAX", 8)
+    monkeypatch.setattr(stats, "DIAMETER_EXACT_MAX", exact_max)  # the double sweep, then BFS from every node
     graph = nx.disjoint_union(nx.cycle_graph(10), nx.cycle_graph(10))
     with pytest.raises(nx.NetworkXError):
         stats.diameter(graph)
