@@ -195,6 +195,8 @@ def weights(w: Matrix) -> list[list[float]]:
 
 def describe(graph: nx.Graph, w: Matrix, gamma: float = N_EFF_GAMMA) -> TopologyRecord:
     """The manifest's topology record: sorted edges (i < j), W's nonzeros (`weights`) and its statistics."""
+    if not measures.dense_path(w):
+        w = as_csr(w)  # once, not per statistic, when a large W comes dense
     edges = sorted((min(u, v), max(u, v)) for u, v in graph.edges)
     return TopologyRecord(edges=[[int(u), int(v)] for u, v in edges], weights=weights(w),
                           stats=statistics(graph, w, gamma))
