@@ -22,6 +22,7 @@ from matplotlib.ticker import MaxNLocator
 from p2pfl.records import AVG, LOSS, MEAN, PEER_MAX, PEER_MEAN, PEER_MIN, SIM_TIME
 from p2pfl.runtime.files import write_atomic
 from topologies.plot import layout
+from topologies.stats import pair_weights, sparse_mixing_of
 
 from .runs import ROUND, Run, is_number
 
@@ -317,16 +318,17 @@ def plot_topology(run: Run, out_dir: Path) -> Path | None:
     topo = run.topology
     if topo is None:
         return None
-    w = np.asarray(topo["mixing"], dtype=float)
+    w = sparse_mixing_of(topo)
     graph = nx.Graph()
     graph.add_nodes_from(range(w.shape[0]))
     graph.add_edges_from((i, j) for i, j in topo["edges"])
 
     pos = layout(graph)
     edge_list = list(graph.edges())
-    labels = {(i, j): f"{w[i, j]:.3g}" if abs(w[i, j] - w[j, i]) < 1e-9 else f"{w[i, j]:.3g}/{w[j, i]:.3g}"
-              for i, j in edge_list}
-    weights = [(w[i, j] + w[j, i]) / 2 for i, j in edge_list]
+    uv, vu = (a.tolist() for a in pair_weights(w, edge_list))
+    labels = {(i, j): f"{a:.3g}" if abs(a - b) < 1e-9 else f"{a:.3g}/{b:.3g}"
+              for (i, j), a, b in zip(edge_list, uv, vu)}
+    weights = [(a + b) / 2 for a, b in zip(uv, vu)]
     top = max(weights) if weights and max(weights) > 0 else 1.0
     widths = [0.5 + 5.0 * wt / top for wt in weights]
 

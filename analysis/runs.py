@@ -106,7 +106,8 @@ class Run:
 
     @property
     def topology(self) -> TopologyRecord | None:
-        """manifest["topology"] (``edges``, ``mixing``, ``stats``), None until the manifest is written."""
+        """manifest["topology"] (``edges``, ``weights`` or an older run's ``mixing``, ``stats``; W by
+        topologies.stats.mixing_of), None until the manifest is written."""
         return self.manifest["topology"] if self.manifest else None
 
     def final_eval(self) -> EvalRecord | None:

@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from p2pfl.records import PEER_MAX, PEER_MIN
 from p2pfl.study.folder import StudyFolder
-from topologies.measures import N_EFF_GAMMA, n_eff, p_worst
-from topologies.stats import second_eigenvalue_modulus
+from topologies.measures import N_EFF_GAMMA, Matrix, n_eff, p_worst
+from topologies.stats import second_eigenvalue_modulus, sparse_mixing_of
 
 from .runs import Run, RunFolderError, is_number, load_run
 
@@ -89,9 +90,10 @@ def mean_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval
     return Interval(mean, n, mean - half, mean + half)
 
 
-def spectral_gap(mixing: Sequence[Sequence[float]] | np.ndarray) -> float:
-    """1 − |λ2(W)| of a mixing matrix: how fast gossip over it reaches consensus (topologies.stats)."""
-    return 1.0 - second_eigenvalue_modulus(np.asarray(mixing, dtype=float))
+def spectral_gap(mixing: Sequence[Sequence[float]] | Matrix) -> float:
+    """1 − |λ2(W)| of a mixing matrix (dense or scipy.sparse): how fast gossip over it reaches consensus
+    (topologies.stats)."""
+    return 1.0 - second_eigenvalue_modulus(mixing if sp.issparse(mixing) else np.asarray(mixing, dtype=float))
 
 
 #: The topology measures of the groups table, table.csv and the measures figure (SPEC §10): key -> label.
@@ -101,8 +103,9 @@ MEASURES = {"spectral_gap": "spectral gap 1 − |λ2(W)|", "p": "p (Koloskova et
 def topology_measures(topology: dict[str, Any]) -> dict[str, float | None]:
     """A manifest topology record's MEASURES: spectral_gap and, from the record's stats, p (the run's: estimated over
     its rounds for a changing network) and n_eff; a record written before they existed gets them from its
-    `mixing` matrix (the closed-form p of that W, n_eff at the default γ; None for a non-symmetric W)."""
-    w = np.asarray(topology["mixing"], dtype=float)
+    mixing matrix (the closed-form p of that W, n_eff at the default γ; None for a non-symmetric W). W is read
+    sparse (topologies.stats.sparse_mixing_of), from either record form."""
+    w = sparse_mixing_of(topology)
     stats = topology.get("stats") or {}
     return {"spectral_gap": spectral_gap(w),
             "p": stats["p"] if "p" in stats else p_worst(w),

@@ -38,6 +38,7 @@ from p2pfl.records import (
     summary_record,
 )
 from p2pfl.runtime.runfolder import RunFolder
+from topologies import mixing_of
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -307,7 +308,7 @@ def test_metrics_figure_single_final_eval_is_readable(tmp_path):
 def test_lambda2_and_consensus_shares_are_what_the_manifest_records(tmp_path):
     # Metropolis weights on a 6-cycle are 1/3 everywhere: eigenvalues 1/3 + 2/3 cos(2 pi k / 6), |lambda2| = 2/3.
     run = load_run(make_run(tmp_path, "cycle", topology="cycle", k=6))
-    w = np.asarray(run.topology["mixing"])
+    w = mixing_of(run.topology)
     ring = np.abs(np.subtract.outer(range(6), range(6)))
     assert w == pytest.approx(np.where(np.isin(ring, [0, 1, 5]), 1 / 3, 0.0))
     assert second_eigenvalue(run) == pytest.approx(2 / 3)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from p2pfl.run import main
+from topologies import mixing_of
 
 from conftest import run_job, same_records_on_ranks
 from helpers_inproc import setup_algorithm
@@ -182,7 +183,7 @@ def test_the_manifest_describes_the_topologys_own_weights_not_one_rounds_failure
     Metropolis weights, 1/3 on each neighbour and itself (8 peers, so every row has exactly three 1/3 entries)."""
     run(tmp_path, "lossy", *CONSENSUS, "--rounds", "2", "--topology", "cycle", "--link-failure", "0.5")
     manifest = json.loads((tmp_path / "lossy" / "manifest.json").read_text())
-    W = torch.tensor(manifest["topology"]["mixing"], dtype=torch.float64)
+    W = torch.tensor(mixing_of(manifest["topology"]), dtype=torch.float64)
     assert manifest["network"]["link_failure"] == 0.5
     assert torch.allclose(W, W.T) and all(sorted(row.tolist())[-3:] == pytest.approx([1 / 3] * 3) for row in W)
     assert int((W > 0).sum()) == 3 * 8

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import topologies
+from topologies import mixing_of
 
 from conftest import run_job
 
@@ -40,7 +41,7 @@ def test_run_folder_contents(runs_dir: Path) -> None:
         assert (run_dir / name).is_file(), name
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["topology"]["edges"] == [[0, j] for j in range(1, 8)]
-    assert np.allclose(np.array(manifest["topology"]["mixing"]).sum(axis=1), 1.0)
+    assert np.allclose(mixing_of(manifest["topology"]).sum(axis=1), 1.0)
     assert manifest["hosts"][0]["peers"] == list(range(8))
     assert {"torch", "numpy", "mpi4py", "networkx"} <= set(manifest["versions"])
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -15,7 +15,7 @@ from topologies.measures import N_EFF_GAMMA
 from topologies.mixing import KINDS as MIXING_KINDS
 from topologies.mixing import mixing_matrix, mixing_weights, register_mixing
 from topologies.plot import draw
-from topologies.stats import describe, statistics
+from topologies.stats import describe, mixing_of, sparse_mixing_of, statistics
 
 __all__ = [
     "DYNAMIC",
@@ -29,6 +29,7 @@ __all__ = [
     "draw",
     "dynamic_names",
     "mixing_matrix",
+    "mixing_of",
     "mixing_weights",
     "names",
     "read_graph",
@@ -36,5 +37,6 @@ __all__ = [
     "register_dynamic",
     "register_mixing",
     "registry",
+    "sparse_mixing_of",
     "statistics",
 ]

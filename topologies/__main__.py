@@ -29,6 +29,7 @@ def table(name: str, mixing: str, stats: dict[str, Any]) -> str:
     ]
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    lines += [f"{'estimated':<{width}}  {note}" for note in stats.get("estimated", [])]
     lines.append("share per peer: " + " ".join(f"{i}:{s:.3f}" for i, s in enumerate(share)))
     return "\n".join(lines)
 

@@ -8,7 +8,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from topologies.stats import statistics
+from topologies.measures import Matrix
+from topologies.stats import pair_weights, statistics
 
 MAX_LABELLED_EDGES = 60
 
@@ -20,14 +21,14 @@ def layout(graph: nx.Graph, seed: int = 0) -> dict[int, np.ndarray]:
     return nx.spring_layout(graph, seed=seed)
 
 
-def draw(graph: nx.Graph, w: np.ndarray, path: str | Path, title: str | None = None) -> Path:
+def draw(graph: nx.Graph, w: Matrix, path: str | Path, title: str | None = None) -> Path:
     """Write a PNG of ``graph``: edge widths and labels from W ("W_uv|W_vu" for u < v when W is not symmetric),
     node colour from the consensus share."""
-    w = np.asarray(w, dtype=np.float64)
     stats = statistics(graph, w)
     pos = layout(graph)
     edges = sorted(graph.edges)
-    strength = np.array([(w[u, v] + w[v, u]) / 2 for u, v in edges])
+    uv, vu = pair_weights(w, edges)
+    strength = (uv + vu) / 2
     fig = Figure(figsize=(7, 7))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -40,8 +41,8 @@ def draw(graph: nx.Graph, w: np.ndarray, path: str | Path, title: str | None = N
                                    node_size=300, edgecolors="0.3", ax=ax)
     nx.draw_networkx_labels(graph, pos, font_size=8, font_color="black", ax=ax)
     if len(edges) <= MAX_LABELLED_EDGES:
-        labels = {(u, v): f"{w[u, v]:.2f}" if np.isclose(w[u, v], w[v, u]) else f"{w[u, v]:.2f}|{w[v, u]:.2f}"
-                  for u, v in edges}
+        labels = {(u, v): f"{a:.2f}" if np.isclose(a, b) else f"{a:.2f}|{b:.2f}"
+                  for (u, v), a, b in zip(edges, uv.tolist(), vu.tolist())}
         nx.draw_networkx_edge_labels(graph, pos, edge_labels=labels, font_size=6, ax=ax)
     fig.colorbar(nodes, ax=ax, shrink=0.6, label="consensus share")
     name = title or f"{graph.graph.get('topology', 'graph')} K={stats['n_nodes']}"

@@ -27,10 +27,11 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    write_atomic(path, json.dumps(obj, indent=2, default=_jsonable) + "\n")
+    write_atomic(path, json.dumps(obj, indent=2, default=jsonable) + "\n")
 
 
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
+    """What json.dumps cannot encode itself, made encodable: numpy scalars and arrays as Python values, else str."""
     try:
         import numpy as np
         if isinstance(obj, np.generic):
@@ -50,7 +51,7 @@ class JsonLines:
         self._fh = open(self.path, "a", buffering=1)
 
     def write(self, record: dict) -> None:
-        self._fh.write(json.dumps(record, default=_jsonable) + "\n")
+        self._fh.write(json.dumps(record, default=jsonable) + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
 

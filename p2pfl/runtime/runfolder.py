@@ -3,12 +3,32 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from p2pfl.config import RunConfig, to_yaml
 from p2pfl.records import EvalRecord, RoundStart, Summary
-from p2pfl.runtime.files import JsonLines, write_atomic, write_json
+from p2pfl.runtime.files import JsonLines, jsonable, write_atomic, write_json
+
+#: An entry whose compact JSON is longer than this many characters is written compact, on one line (a 10,000-peer
+#: topology record: 4 MB in 0.4 s, where indenting takes Python's slower encoder 1.5 s and 10 MB).
+COMPACT_OVER = 1 << 16
+
+
+def encode_entry(key: str, value: Any) -> str:
+    """One top-level entry as manifest.json writes it, `"key": value`: the value indented as write_json would,
+    or compact when it is longer than COMPACT_OVER."""
+    text = json.dumps(value, default=jsonable)
+    if len(text) <= COMPACT_OVER:
+        text = json.dumps(value, indent=2, default=jsonable).replace("\n", "\n  ")
+    return f"  {json.dumps(key)}: {text}"
+
+
+def join_entries(entries: Iterable[str]) -> str:
+    """The manifest object from its encoded entries: the text write_json gives for the whole dict."""
+    body = ",\n".join(entries)
+    return "{\n" + body + "\n}\n" if body else "{}\n"
 
 
 def make_run_dir(cfg: RunConfig) -> Path:
@@ -31,6 +51,7 @@ class RunFolder:
         self.path = Path(path)
         write_atomic(self.path / "config.yaml", to_yaml(cfg))
         self.manifest: dict[str, Any] = {}
+        self._encoded: dict[str, str] = {}  # key -> its `"key": value` text in manifest.json
         if resume_round is not None:
             self._truncate_metrics(resume_round)
         self.metrics = JsonLines(self.path / "metrics.jsonl")
@@ -51,8 +72,12 @@ class RunFolder:
         write_atomic(path, "".join(kept))
 
     def update_manifest(self, **entries: Any) -> None:
+        """Add or replace top-level manifest entries and rewrite manifest.json atomically; only the given entries
+        are JSON-encoded, the others reuse their cached encoding (a K-peer topology record is encoded once)."""
         self.manifest.update(entries)
-        write_json(self.path / "manifest.json", self.manifest)
+        for key, value in entries.items():
+            self._encoded[key] = encode_entry(key, value)
+        write_atomic(self.path / "manifest.json", join_entries(self._encoded[key] for key in self.manifest))
 
     def log(self, record: RoundStart | EvalRecord) -> None:
         self.metrics.write(record)
