@@ -384,9 +384,11 @@ def _topology_histograms(run: Run, out_dir: Path) -> Path | None:
     ax.set_ylabel("peers")
     ax.set_title(f"degree: mean {degree.mean():.3g}, min {degree.min()}, max {degree.max()}", fontsize=9)
     ax = fig.add_subplot(1, 2, 2)
-    ax.hist(shares, bins=40, color="tab:green")
+    even = float(np.ptp(shares)) <= 1e-9 / n  # a doubly stochastic W: every share 1/K up to rounding
+    ax.hist(shares, bins=41 if even else 40, color="tab:green", range=(0.5 / n, 1.5 / n) if even else None)
     ax.set_xlabel("consensus share")
-    ax.set_title(f"consensus share: max {shares.max():.3g} (uniform {1 / n:.3g})", fontsize=9)
+    ax.set_title(f"consensus share: {'all' if even else 'max'} {shares.max():.3g} (uniform {1 / n:.3g})",
+                 fontsize=9)
     fig.suptitle(f"{run.topology_name}, {n} peers (spectral gap {topo['stats']['spectral_gap']:.3f}); graph not "
                  f"drawn above {MANY_PEERS} peers", fontsize=9)
     fig.tight_layout()
