@@ -85,6 +85,9 @@ X_LABELS = {ROUND: "round", SIM_TIME: "simulated time (s)"}
 _AVG_COLOR, _PEER_COLOR, _VALUE_COLOR = "tab:blue", "tab:orange", "tab:blue"
 
 Series = tuple[list[float], list[float]]
+#: Above this many peers the graph is not drawn (a spring layout and K nodes cost tens of seconds at 2,000) but
+#: summarised as histograms, and the per-peer plots draw small rasterised markers instead of bars and labels.
+MANY_PEERS = 300
 
 
 @dataclass
@@ -131,8 +134,17 @@ def metric_panels(run: Run, x: str = ROUND) -> list[MetricPanel]:
     result = list(panels.values())
     xs, ys = run.series(LOSS + MEAN, x=x)
     if xs:
-        result.append(MetricPanel(title=LOSS_PANEL_TITLE, series={"value": (xs, ys)}))
+        result.append(MetricPanel(title=LOSS_PANEL_TITLE, series={"value": (xs, ys), **_loss_band(run, x)}))
     return result
+
+
+def _loss_band(run: Run, x: str) -> dict[str, Series]:
+    """The training loss's min..max over peers, for a summarised run (whose per-peer plots are not drawn),
+    against round; {} otherwise."""
+    if not run.summarised or x != ROUND:
+        return {}
+    xs, lo, hi = run.peer_band(LOSS)
+    return {"peer_min": (xs, lo), "peer_max": (xs, hi)} if xs else {}
 
 
 def _fmt(value: float) -> str:
@@ -299,7 +311,8 @@ def plot_per_peer_degree(run: Run, out_dir: Path) -> Path | None:
         peers = [p for p in per_peer if p in degree and is_number(per_peer[p].get(name))]
         xs = [degree[p] for p in peers]
         ys = [float(per_peer[p][name]) for p in peers]
-        ax.scatter(xs, ys, s=18, color="tab:blue")
+        many = len(peers) > MANY_PEERS
+        ax.scatter(xs, ys, s=2 if many else 18, color="tab:blue", rasterized=many, linewidths=0 if many else None)
         if len(peers) <= 40:
             for p, x, y in zip(peers, xs, ys):
                 ax.annotate(p, (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
@@ -318,6 +331,8 @@ def plot_topology(run: Run, out_dir: Path) -> Path | None:
     topo = run.topology
     if topo is None:
         return None
+    if topo["stats"]["n_nodes"] > MANY_PEERS:
+        return _topology_histograms(run, out_dir)
     w = sparse_mixing_of(topo)
     graph = nx.Graph()
     graph.add_nodes_from(range(w.shape[0]))
@@ -350,6 +365,34 @@ def plot_topology(run: Run, out_dir: Path) -> Path | None:
         title += "\nedge labels W_ij/W_ji for i < j"
     ax.set_title(title)
     ax.set_axis_off()
+    fig.tight_layout()
+    return _save(fig, out_dir / "topology.png")
+
+
+def _topology_histograms(run: Run, out_dir: Path) -> Path | None:
+    """topology.png of a large graph: histograms of the peers' degrees (from the edges) and consensus shares,
+    in time linear in the edges and peers (no layout, no drawing of K nodes)."""
+    topo = run.topology
+    assert topo is not None
+    n = int(topo["stats"]["n_nodes"])
+    edges = np.asarray(topo["edges"], dtype=np.int64).reshape(-1)
+    degree = np.bincount(edges, minlength=n)
+    shares = consensus_shares(run)
+    fig = _new_figure(10, 4)
+    ax = fig.add_subplot(1, 2, 1)
+    ax.hist(degree, bins=np.arange(degree.min(), degree.max() + 2) - 0.5 if degree.max() - degree.min() < 60 else 40,
+            color="tab:blue")
+    ax.set_xlabel("degree")
+    ax.set_ylabel("peers")
+    ax.set_title(f"degree: mean {degree.mean():.3g}, min {degree.min()}, max {degree.max()}", fontsize=9)
+    ax = fig.add_subplot(1, 2, 2)
+    even = float(np.ptp(shares)) <= 1e-9 / n  # a doubly stochastic W: every share 1/K up to rounding
+    ax.hist(shares, bins=41 if even else 40, color="tab:green", range=(0.5 / n, 1.5 / n) if even else None)
+    ax.set_xlabel("consensus share")
+    ax.set_title(f"consensus share: {'all' if even else 'max'} {shares.max():.3g} (uniform {1 / n:.3g})",
+                 fontsize=9)
+    fig.suptitle(f"{run.topology_name}, {n} peers (spectral gap {topo['stats']['spectral_gap']:.3f}); graph not "
+                 f"drawn above {MANY_PEERS} peers", fontsize=9)
     fig.tight_layout()
     return _save(fig, out_dir / "topology.png")
 
@@ -412,7 +455,11 @@ def plot_per_peer(run: Run, out_dir: Path) -> Path | None:
         ax = fig.add_subplot(rows, cols, i + 1)
         values = [per_peer[p].get(name) for p in peers]
         ys = [float(v) if is_number(v) else np.nan for v in values]
-        ax.bar(range(len(peers)), ys, color="tab:blue")
+        if len(peers) > MANY_PEERS:  # K bars are K patches: one line of small markers instead
+            ax.plot(range(len(peers)), ys, linestyle="none", marker=".", markersize=2, color="tab:blue",
+                    rasterized=True)
+        else:
+            ax.bar(range(len(peers)), ys, color="tab:blue")
         finite = [y for y in ys if np.isfinite(y)]
         if finite:
             ax.axhline(float(np.mean(finite)), color="tab:red", linestyle="--", linewidth=1,
@@ -450,4 +497,7 @@ def plot_run(run: Run | str | os.PathLike, out_dir: str | os.PathLike | None = N
         path = plot(run, target)
         if path is not None:
             written.append(path)
+    if run.summarised and run.final_per_peer() is None:
+        print(f"analysis: {run.name}: per_peer.png and per_peer_degree.png not drawn: the records summarise the "
+              f"peers (more than --peer-records); metrics.png draws their min..max", flush=True)
     return written

@@ -19,14 +19,39 @@ from typing import IO, Any
 import yaml
 
 from p2pfl.fedmuscle.records import PeerSpecEntry
-from p2pfl.records import SIM_TIME, EvalRecord, Manifest, RoundRecord, RoundStart, Summary, TopologyRecord
+from p2pfl.records import (
+    SIM_TIME,
+    STATS,
+    SUMMARISED,
+    EvalRecord,
+    Manifest,
+    PeerStats,
+    RoundRecord,
+    RoundStart,
+    SummarisedRound,
+    Summary,
+    TopologyRecord,
+)
 
-__all__ = ["Run", "RunFolderError", "load_run", "is_number", "cumulative_bytes_per_peer", "ROUND"]
+__all__ = ["Run", "RunFolderError", "load_run", "is_number", "cumulative_bytes_per_peer", "active_count", "ROUND"]
 
 #: The parameter of each partition kind that has one (p2pfl.data.partition).
 PARTITION_PARAMETER = {"dirichlet": "alpha", "skew": "beta"}
 #: The records' round index (for --mode async, the index of a batch of events): the default x of a series.
 ROUND = "round"
+
+
+def active_count(record: RoundRecord | SummarisedRound) -> int:
+    """How many peers took part in a round, from its `active` list or, in a summarised record, `active_count`."""
+    return record["active_count"] if record.get(SUMMARISED) else len(record["active"])  # type: ignore[typeddict-item]
+
+
+def _peer_count(record: RoundRecord | SummarisedRound, key: str) -> int:
+    """How many peers a round record's per-peer field `key` covers (a summarised record: its PeerStats')."""
+    if record.get(SUMMARISED):
+        stats: PeerStats = record[key + STATS]  # type: ignore[literal-required]
+        return stats["count"] + stats["nonfinite"]
+    return len(record[key])  # type: ignore[literal-required]
 
 
 class RunFolderError(ValueError):
@@ -50,7 +75,7 @@ class Run:
     path: Path
     config: dict[str, Any] = field(default_factory=dict)
     manifest: Manifest | None = None
-    rounds: list[RoundStart | RoundRecord] = field(default_factory=list)
+    rounds: list[RoundStart | RoundRecord | SummarisedRound] = field(default_factory=list)
     evals: list[EvalRecord] = field(default_factory=list)
     summary: Summary | None = None
 
@@ -114,8 +139,34 @@ class Run:
         """The last eval record (the most recent evaluation), or None."""
         return self.evals[-1] if self.evals else None
 
+    @property
+    def summarised(self) -> bool:
+        """Whether the run summarised its per-peer records (more peers than --peer-records): its per-peer
+        plots and tables are then drawn from, or left for, the statistics over peers."""
+        return any(r.get(SUMMARISED) for r in (*self.rounds, *self.evals))
+
+    def peer_band(self, name: str) -> tuple[list[float], list[float], list[float]]:
+        """(rounds, min, max) over the peers of a per-peer round metric, from the summarised records'
+        `<name>_stats` or the full records' {peer: value} (finite values only; rounds without one left out)."""
+        xs: list[float] = []
+        lo: list[float] = []
+        hi: list[float] = []
+        for record in self.rounds:
+            if record.get(SUMMARISED):
+                stats = record.get(name + STATS) or {}
+                low, high = stats.get("min"), stats.get("max")
+            else:
+                finite = [float(v) for v in (record.get(name) or {}).values() if is_number(v) and math.isfinite(v)]
+                low, high = (min(finite), max(finite)) if finite else (None, None)
+            if is_number(low) and is_number(high):
+                xs.append(float(record[ROUND]))
+                lo.append(float(low))
+                hi.append(float(high))
+        return xs, lo, hi
+
     def final_per_peer(self) -> dict[str, dict] | None:
-        """The per-peer metrics of the last eval record that has them, keyed by peer id as a string."""
+        """The per-peer metrics of the last eval record that has them, keyed by peer id as a string (a
+        summarised eval record has none: see its `per_peer_stats`)."""
         for record in reversed(self.evals):
             if record["per_peer"]:
                 return record["per_peer"]
@@ -129,7 +180,7 @@ class Run:
     def bytes_sent_per_peer_round(self) -> float | None:
         """Mean bytes one peer sends in one round: each round's ``bytes_sent`` (the total over its active
         peers) divided by the number of active peers, averaged over the rounds recorded."""
-        per_round = [r["bytes_sent"] / len(r["active"]) for r in self.rounds if r["round"] > 0]
+        per_round = [r["bytes_sent"] / active_count(r) for r in self.rounds if r["round"] > 0]
         return sum(per_round) / len(per_round) if per_round else None
 
     def wall_time_s(self) -> float | None:
@@ -158,7 +209,8 @@ class Run:
         return xs, ys
 
     def mean_degree(self) -> dict[str, float]:
-        """Each peer's in-degree averaged over the rounds it took part in (``network.degree``)."""
+        """Each peer's in-degree averaged over the rounds it took part in (``network.degree``; empty for a
+        summarised run, whose records hold ``network.degree_stats`` instead)."""
         total: dict[str, list[int]] = {}
         for record in self.rounds:
             for peer, degree in ((record.get("network") or {}).get("degree") or {}).items():
@@ -189,8 +241,8 @@ def cumulative_bytes_per_peer(run: Run) -> dict[float, float]:
     asynchronous run, whose rounds are batches of a few pairs, / all peers: every peer takes part in the run)."""
     total, out = 0.0, {0.0: 0.0}
     for record in sorted((r for r in run.rounds if r["round"] > 0), key=lambda r: r["round"]):
-        peers = record["bytes_sent_per_peer"] if "async_events" in record else record["active"]
-        total += record["bytes_sent"] / max(len(peers), 1)
+        peers = _peer_count(record, "bytes_sent_per_peer") if "async_events" in record else active_count(record)
+        total += record["bytes_sent"] / max(peers, 1)
         out[float(record["round"])] = total
     return out
 

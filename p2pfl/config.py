@@ -76,6 +76,8 @@ class RunConfig:
     eval_every: int = _opt(5, "evaluate every N rounds (0: only at the end)")
     progress: bool = _opt(True, "show a progress bar on rank 0")
     plots: bool = _opt(True, "draw plots into the run folder at the end")
+    peer_records: int = _opt(1000, "records of more peers than N keep each per-peer field as statistics over the "
+                                   "peers (mean, std, min, max, count) instead of one value a peer (0: never)")
     checkpoint_every: int = _opt(0, "save every peer's state every N rounds into <run>/checkpoint (0: never)")
     resume: str | None = _opt(None, "continue the run in this run folder from its last checkpoint")
     fault: str | None = _opt(None, "testing aid: 'raise@RANK:ROUND', 'silent@PEER:ROUND', 'nan@PEER:ROUND' (the "
@@ -518,6 +520,7 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.timeout > 0, "timeout", f"must be > 0 seconds, got {cfg.timeout}")
     _check(cfg.threads >= 1, "threads", f"must be >= 1, got {cfg.threads}")
     _check(cfg.chunk_mb >= 1, "chunk_mb", f"must be >= 1, got {cfg.chunk_mb}")
+    _check(cfg.peer_records >= 0, "peer_records", f"must be >= 0 (0: never summarise), got {cfg.peer_records}")
     _check(cfg.checkpoint_every >= 0, "checkpoint_every", f"must be >= 0, got {cfg.checkpoint_every}")
     if cfg.resume is not None:
         _check(os.path.isfile(os.path.join(cfg.resume, "checkpoint", "state.json")), "resume",

@@ -23,6 +23,9 @@ PEER_MEAN, PEER_MIN, PEER_MAX = "_peer_mean", "_peer_min", "_peer_max"
 AVG = "_avg"
 #: The per-peer metric of local training every Learner reports in the round records.
 LOSS = "loss"
+#: Summarised records (more peers than --peer-records): a per-peer field `<name>` ({peer: value}) gives way to
+#: `<name>_stats`, its PeerStats over the peers; such records carry SUMMARISED: true.
+STATS, SUMMARISED = "_stats", "summarised"
 #: The simulated clock's keys, present only when it is on: the round records' cumulative `sim_time_s` (also at the
 #: top level of eval records), the round's `sim_round_s` and per-peer {peer: seconds} `sim_compute_s` etc.
 SIM_TIME, SIM_ROUND = "sim_time_s", "sim_round_s"
@@ -44,10 +47,24 @@ class RoundStart(SimClock):
     consensus_distance: float | None
 
 
+class PeerStats(TypedDict):
+    """One per-peer quantity summarised over the peers that have it (summarised records): mean, population
+    standard deviation, min and max of the finite values (None when there is none), how many peers had a finite
+    value and how many a non-finite one."""
+
+    mean: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+    count: int
+    nonfinite: int
+
+
 class NetworkRecord(TypedDict, total=False):
     """The network a round used (p2pfl.network.RoundNetwork.record): the number of links (i hears from j counts
     once) and a digest of them, who was crashed, back from sitting out, or straggling, each active peer's
-    in-degree, and ‖W_t − J‖₂ over the alive peers (up to p2pfl.rounds.SPECTRAL_MAX_PEERS peers)."""
+    in-degree (a summarised record: `degree_stats` instead), and ‖W_t − J‖₂ over the alive peers (up to
+    p2pfl.rounds.SPECTRAL_MAX_PEERS peers)."""
 
     links: int
     digest: str
@@ -55,6 +72,7 @@ class NetworkRecord(TypedDict, total=False):
     rejoining: list[int]
     straggling: list[int]
     degree: dict[str, int]
+    degree_stats: PeerStats
     sigma2: float
 
 
@@ -85,19 +103,12 @@ class AsyncRound(SimClock, total=False):
     async_events: list[list[float]]
 
 
-class RoundRecord(RoundStart, RobustRound, SimRound, AsyncRound):
-    """A finished round t >= 1; bytes count every neighbour message, times are the slowest rank's.
+class _RoundFields(RoundStart, RobustRound):
+    """What every finished round records, summarised or not."""
 
-    Besides these keys, each per-peer metric the method reports (e.g. `loss`) appears as `<name>`: {peer: value}
-    over the active peers and `<name>_mean`: their mean over finite values (None when there is none), and each
-    network-level number of `Algorithm.round_metrics` as `<name>`: value (quadratic's `error`, round 0's too).
-    """
-
-    active: list[int]
     network: NetworkRecord
     bytes_sent: int
     bytes_recv: int
-    bytes_sent_per_peer: dict[str, int]
     time_compute_s: float
     time_comm_s: float
     time_wait_s: float
@@ -109,10 +120,41 @@ class RoundRecord(RoundStart, RobustRound, SimRound, AsyncRound):
     cut: list[list[int]]  # [receiver, neighbour] the robust aggregator clipped or trimmed (most coordinates)
 
 
-class EvalRecord(SimClock):
-    """An evaluation: network-level metrics plus statistics over peers (`_peer_mean/_min/_max`), and each
-    peer's own metrics (numbers, and a few labels such as the name of a peer's task metric)."""
+class RoundRecord(_RoundFields, SimRound, AsyncRound):
+    """A finished round t >= 1; bytes count every neighbour message, times are the slowest rank's.
 
+    Besides these keys, each per-peer metric the method reports (e.g. `loss`) appears as `<name>`: {peer: value}
+    over the active peers and `<name>_mean`: their mean over finite values (None when there is none), and each
+    network-level number of `Algorithm.round_metrics` as `<name>`: value (quadratic's `error`, round 0's too).
+    """
+
+    active: list[int]
+    bytes_sent_per_peer: dict[str, int]
+
+
+class SimRoundSummary(SimClock, total=False):
+    """SimRound of a summarised record: the per-peer seconds as PeerStats over the active peers."""
+
+    sim_round_s: float
+    sim_compute_s_stats: PeerStats
+    sim_transfer_s_stats: PeerStats
+    sim_idle_s_stats: PeerStats
+
+
+class SummarisedRound(_RoundFields, SimRoundSummary, AsyncRound):
+    """A round record of a run with more peers than --peer-records (`summarise_round`): RoundRecord with each
+    per-peer dict replaced by its PeerStats: `<name>_stats` for each per-peer metric `<name>` (next to
+    `<name>_mean`, as in RoundRecord), `bytes_sent_per_peer_stats`, the network's `degree_stats`; `active` by
+    the number of active peers and, when at most --peer-records peers sat the round out, their ids (else None).
+    """
+
+    summarised: Literal[True]
+    active_count: int
+    inactive: list[int] | None
+    bytes_sent_per_peer_stats: PeerStats
+
+
+class _EvalFields(SimClock):
     type: Literal["eval"]
     round: int
     final: bool
@@ -120,11 +162,26 @@ class EvalRecord(SimClock):
     per_peer: dict[str, dict[str, float | str]]
 
 
-ROUND_KEYS = RoundRecord.__required_keys__ | SimRound.__optional_keys__ | AsyncRound.__optional_keys__
+class EvalRecord(_EvalFields, total=False):
+    """An evaluation: network-level metrics plus statistics over peers (`_peer_mean/_min/_max`), and each
+    peer's own metrics (numbers, and a few labels such as the name of a peer's task metric). An evaluation of
+    more peers than --peer-records is summarised (`summarise_eval`): `per_peer` is empty, `per_peer_stats` holds
+    each numeric metric's PeerStats and `per_peer_labels` each label's values with their peer counts."""
+
+    summarised: Literal[True]
+    per_peer_stats: dict[str, PeerStats]
+    per_peer_labels: dict[str, dict[str, int]]
+
+
+ROUND_KEYS = (RoundRecord.__required_keys__ | SimRound.__optional_keys__ | AsyncRound.__optional_keys__
+              | SummarisedRound.__required_keys__ | SimRoundSummary.__optional_keys__)
 
 
 def metric_names(record: RoundStart | RoundRecord) -> list[str]:
     """The per-peer metrics a round record carries: its `{peer: value}` keys beyond RoundRecord's."""
+    if record.get(SUMMARISED):
+        return [key.removesuffix(STATS) for key, value in record.items()
+                if key not in ROUND_KEYS and key.endswith(STATS) and isinstance(value, dict)]
     return [key for key, value in record.items() if key not in ROUND_KEYS and isinstance(value, dict)]
 
 
@@ -202,6 +259,81 @@ def eval_record(round: int, final: bool, metrics: Mapping[str, float],
     if sim_time_s is not None:
         record["sim_time_s"] = sim_time_s
     return record
+
+
+# ------------------------------------------------------------------------------------------- summarised records
+
+#: The per-peer dicts of a round record besides the metrics: summarised as `<key>_stats`.
+PER_PEER_FIELDS = ("bytes_sent_per_peer", SIM_COMPUTE, SIM_TRANSFER, SIM_IDLE)
+
+
+def summarises(peers: int, limit: int) -> bool:
+    """Whether records about `peers` peers are summarised under --peer-records `limit` (0: never)."""
+    return 0 < limit < peers
+
+
+def peer_stats(values: Iterable[float | None]) -> PeerStats:
+    """PeerStats of one quantity's values over the peers: statistics of the finite ones, and the counts (the mean
+    is computed as `finite_mean` computes it, so it equals the record's `<name>_mean`)."""
+    given = [v for v in values if v is not None]
+    finite = [v for v in given if math.isfinite(v)]
+    if not finite:
+        return PeerStats(mean=None, std=None, min=None, max=None, count=0, nonfinite=len(given))
+    mean = sum(finite) / len(finite)
+    std = math.sqrt(sum((v - mean) ** 2 for v in finite) / len(finite))
+    return PeerStats(mean=mean, std=std, min=min(finite), max=max(finite), count=len(finite),
+                     nonfinite=len(given) - len(finite))
+
+
+def _summarised_network(network: NetworkRecord) -> NetworkRecord:
+    """The network entry with its degree dict replaced by `degree_stats`."""
+    if "degree" not in network:
+        return network
+    out = NetworkRecord(**{k: v for k, v in network.items() if k != "degree"})  # type: ignore[typeddict-item]
+    out["degree_stats"] = peer_stats(network["degree"].values())
+    return out
+
+
+def summarise_round(record: RoundRecord, peers: int, limit: int) -> RoundRecord | SummarisedRound:
+    """The round record as written under --peer-records `limit` for a run of `peers` peers: unchanged at or below
+    the limit, else SummarisedRound (each per-peer dict as its PeerStats, in its place)."""
+    if not summarises(peers, limit):
+        return record
+    metrics = set(metric_names(record))
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        if key in metrics or key in PER_PEER_FIELDS:
+            out[key + STATS] = peer_stats(value.values())
+        elif key == "active":
+            inactive = sorted(set(range(peers)) - set(value))
+            out.update(active_count=len(value), inactive=inactive if len(inactive) <= limit else None)
+        elif key == "network":
+            out[key] = _summarised_network(value)
+        else:
+            out[key] = value
+    out[SUMMARISED] = True
+    return out  # type: ignore[return-value]
+
+
+def summarise_eval(record: EvalRecord, limit: int) -> EvalRecord:
+    """The eval record as written under --peer-records `limit`: unchanged when it scores at most `limit` peers,
+    else `per_peer` emptied into `per_peer_stats` (numbers) and `per_peer_labels` (labels, with peer counts)."""
+    per_peer = record["per_peer"]
+    if not summarises(len(per_peer), limit):
+        return record
+    numbers: dict[str, list[float]] = {}
+    labels: dict[str, dict[str, int]] = {}
+    for metrics in per_peer.values():
+        for key, value in metrics.items():
+            if isinstance(value, str):
+                counts = labels.setdefault(key, {})
+                counts[value] = counts.get(value, 0) + 1
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                numbers.setdefault(key, []).append(value)
+    out = EvalRecord(**{**record, "per_peer": {}})  # type: ignore[typeddict-item]
+    out.update(summarised=True, per_peer_stats={k: peer_stats(v) for k, v in sorted(numbers.items())},
+               per_peer_labels={k: dict(sorted(v.items())) for k, v in sorted(labels.items())})
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ summary.json

@@ -33,6 +33,8 @@ from p2pfl.records import (
     round_record,
     round_start,
     sim_round,
+    summarise_eval,
+    summarise_round,
     summary_record,
 )
 from p2pfl.runtime.checkpoint import load_peer, load_state, record_state, restore_record, save_peer, save_state
@@ -466,6 +468,7 @@ class Runner:
             extra=measured)
         if ctx.clock is not None:
             record.update(self.clock_round(t, parts))
+        record = summarise_round(record, ctx.n_peers, self.cfg.peer_records)
         self._log(record)
         self._warn_nonfinite(t, record)
         return record
@@ -500,6 +503,7 @@ class Runner:
         parts = self.world.gather(per_peer)
         if not self.world.is_root:
             return None
-        record = eval_record(t, final, metrics, _merge(parts), self.eval_time(t, final))
+        record = summarise_eval(eval_record(t, final, metrics, _merge(parts), self.eval_time(t, final)),
+                                self.cfg.peer_records)
         self._log(record)
         return record["metrics"]
