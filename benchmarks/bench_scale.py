@@ -71,7 +71,7 @@ def run_case(algorithm: str, peers: int, ranks: int, out: Path, timeout: float) 
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         return {"algorithm": algorithm, "peers": peers, "ranks": ranks,
-                "failed": (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]}
+                "failed": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
     folder = out / name
     summary = json.loads((folder / "summary.json").read_text())
     manifest = json.loads((folder / "manifest.json").read_text())

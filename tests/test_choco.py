@@ -105,7 +105,8 @@ def _ideal_choco(nets: list, rounds: int, gamma: float) -> np.ndarray:
         for i in active:
             H[i] = H[i] + _random_k(i, t, half[i] - H[i])
         for i in active:
-            X[i] = (half[i] - H[i]) + gamma * sum(net.W.toarray()[i, j] * H[j] for j in active if net.W.toarray()[i, j] != 0) \
+            W = net.W.toarray()
+            X[i] = (half[i] - H[i]) + gamma * sum(W[i, j] * H[j] for j in active if W[i, j] != 0) \
                 + (1 - gamma) * H[i]
         errors.append(np.mean((X[sorted(net.alive)] - xs) ** 2))  # the run's error is over the alive peers
     return np.array(errors)

@@ -49,7 +49,8 @@ def test_round_network_is_a_pure_function_of_seed_and_round(kind: str, options: 
     a, b = schedule(kind, **options), schedule(kind, **options)
     for t in (5, 1, 3, 5):  # any order, any number of times
         x, y = a.at(t), b.at(t)
-        assert np.array_equal(x.adjacency.toarray(), y.adjacency.toarray()) and np.array_equal(x.W.toarray(), y.W.toarray())
+        assert np.array_equal(x.adjacency.toarray(), y.adjacency.toarray())
+        assert np.array_equal(x.W.toarray(), y.W.toarray())
         assert x.active == y.active and x.alive == y.alive and x.digest() == y.digest()
 
 

@@ -26,10 +26,10 @@ import numpy as np
 import scipy.sparse as sp
 
 import topologies
-from topologies import sparse
 from p2pfl.network.faults import choose_stragglers, parse_crashes
 from p2pfl.records import NetworkManifest, NetworkRecord
 from p2pfl.seeding import SHARED, numpy_rng
+from topologies import sparse
 from topologies.dynamic import Dynamic
 from topologies.generators import sample_gnp
 from topologies.mixing import KINDS
