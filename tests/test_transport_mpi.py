@@ -12,10 +12,13 @@ from conftest import run_job
 pytestmark = pytest.mark.mpi
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 4])
-def test_transport_properties(ranks: int, tmp_path) -> None:
+@pytest.mark.parametrize("ranks, pack", [(1, None), (2, None), (4, None), (2, 100), (4, 0)])
+def test_transport_properties(ranks: int, pack: int | None, tmp_path) -> None:
+    """With the default pack size every payload travels packed; 100 bytes packs some and sends the others alone,
+    0 sends each alone."""
     out = tmp_path / "transport.json"
-    proc = run_job(["tests/mpi/transport_check.py", str(out)], ranks=ranks, timeout=300)
+    extra = [] if pack is None else [str(pack)]
+    proc = run_job(["tests/mpi/transport_check.py", str(out), *extra], ranks=ranks, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert set(result["failures"]) == {"sizes_per_link_and_round", "two_calls_in_flight", "many_calls_a_round",

@@ -4,21 +4,24 @@ sound and how it is combined are the gossip pipeline's (p2pfl.gossip).
 
 Co-located peers hand each other their tensors through memory. Peers on other ranks exchange over an MPI
 distributed-graph communicator that links exactly the ranks hosting adjacent peers. A payload is any contiguous
-tensor, its size, dtype and shape free per sender and per call: each remote message is a small header (bytes,
-dtype, shape) followed by the data, never pickled, so the receiver learns what comes and allocates it fresh (no
-buffer is shared between calls). A payload that a rank sends to several peers on the same remote rank travels
-once. Data larger than `chunk_bytes` travels in chunks, so payloads over 2 GiB work. GPU tensors are staged
-through pinned host memory unless MPI is CUDA-aware.
+tensor, its size, dtype and shape free per sender and per call: a call sends each remote rank one message of
+headers (bytes, dtype, shape of every sending peer's payload), never pickled, so the receiver learns what comes
+and allocates it fresh (no buffer is shared between calls); then the payloads of at most `pack_bytes` in one
+packed message (thousands of small peers cost two messages per pair of ranks, not two per peer), and each larger
+one in a message of its own (no copy). A payload that a rank sends to several peers on the same remote rank
+travels once. Data larger than `chunk_bytes` travels in chunks, so payloads over 2 GiB work. GPU tensors are
+staged through pinned host memory unless MPI is CUDA-aware.
 
 A call names its links: for each receiving peer, the peers it hears from (by default every graph neighbour).
 Links may be one-way (the one-peer exponential graph, a server's two hops) and change every call; every rank
 computes the same links and makes the same calls in the same order, so a rank posts exactly the receives that
 will be matched and no wait is for a peer that is not coming.
 
-Tags come from the call's sequence number (counted alike on every rank), the sending peer and the part
-(header or data): two calls in flight never match each other's messages, any number of calls a round works,
-and a missing message shows up as a wait on that very peer. Within one call and pair of ranks, messages are
-listed in ascending sending-peer order on both sides (MPI keeps same-tag messages in order).
+Tags come from the call's sequence number (counted alike on every rank), and the sending peer of a large payload
+(or the header or data pack): two calls in flight never match each other's messages, any number of calls a round
+works. Within one call and pair of ranks, payloads are listed in ascending sending-peer order on both sides. A
+withheld sender (fault injection) is marked so in its header: its receivers wait for a message that never comes,
+so a missing peer shows up as a wait on that very peer.
 
 `start` posts a call and returns at once (`Pending`); compute, then `wait` for the inboxes, and `release` them
 once read so that their memory serves a later call. `exchange` is start-then-wait (never released: its
@@ -49,6 +52,14 @@ _HEADER = 3 + _MAX_DIMS  # nbytes, dtype code, ndim, shape
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
            torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)
 _CODE = {d: i for i, d in enumerate(_DTYPES)}
+#: Payloads of at most this many bytes travel in one packed message per pair of ranks and call (more: their own).
+PACK_BYTES = 1 << 16
+_HEADS, _PACK, _NEVER = 0, 1, 2  # the peer slots of part 0's tags: header pack, data pack, never-matched receive
+
+
+def _padded(size: int) -> int:
+    """`size` rounded up to 8 bytes: where the next packed payload starts."""
+    return (size + 7) // 8 * 8
 
 
 @dataclass
@@ -130,6 +141,7 @@ class Pending:
         self._heads: tuple[list[MPI.Request], list[int]] = ([], [])
         self._rest: tuple[list[MPI.Request], list[int]] = ([], [])  # owner -1: one of our sends
         self._headers: dict[int, np.ndarray] = {}
+        self._packs_in: dict[int, np.ndarray] = {}  # remote rank -> the headers of its senders, one row each
         self._keep: list[object] = []  # send buffers that must live until the sends complete
         self._lent: list[torch.Tensor] = []
         self._received: list[torch.Tensor] = []  # CPU receive buffers, back to the transport on `release`
@@ -151,11 +163,13 @@ class Pending:
         received: dict[int, torch.Tensor] = {}
         if t.comm is not None:
             t._wait(self, *self._heads)  # every header is in: post the data receives they announce
+            packed: dict[int, tuple[torch.Tensor, list[tuple[int, int]]]] = {}
             for rank in t.remote_ranks:
-                for q in self._recvs[rank]:
-                    received[q] = self._post_data_receive(rank, q)
+                packed[rank] = self._post_receives(rank, received)
             t._wait(self, *self._rest)
             received = {q: self._landed(q, buf) for q, buf in received.items()}
+            for pack, slots in packed.values():
+                received.update(self._unpacked(pack, slots))
             t.pinned.give(self._lent)
         t1 = MPI.Wtime()
         self._result = t._inboxes(self._payloads, received, self._links, self._receivers, self._withheld)
@@ -169,6 +183,59 @@ class Pending:
         their memory may serve a later call. Co-located senders' tensors are never the transport's to reuse."""
         self._t.received.give(self._received)
         self._received, self._result = [], None
+
+    def _post_receives(self, rank: int, received: dict[int, torch.Tensor]
+                       ) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+        """Post the receives the headers from `rank` announce: one for its small payloads packed together, one
+        per large payload (into `received`), and for a withheld sender one that nothing matches, so its receiver
+        waits for it as for a sender that never came. Returns the pack's buffer and its (sender, offset)s."""
+        t = self._t
+        heads = self._packs_in.get(rank)
+        slots: list[tuple[int, int]] = []
+        total = 0
+        for k, q in enumerate(self._recvs[rank]):
+            head = heads[k]
+            self._headers[q] = head
+            size = int(head[0])
+            if size < 0:  # withheld (fault injection): never coming
+                never = np.empty(1, dtype=np.uint8)
+                self._keep.append(never)
+                self._add([t.comm.Irecv([never, MPI.BYTE], source=rank, tag=t.tag(self.seq, _NEVER, 0))], q)
+            elif size > t.pack_bytes:
+                received[q] = self._post_data_receive(rank, q)
+            else:
+                slots.append((q, total))
+                total += _padded(size)
+                t.stats.wire_recv[rank] += size
+        pack = self._pack_buffer(total)
+        if total:
+            self._add(t._post(t.comm.Irecv, pack.numpy(), source=rank, tag=t.tag(self.seq, _PACK, 0)), slots[0][0])
+        return pack, slots
+
+    def _pack_buffer(self, size: int) -> torch.Tensor:
+        """A host buffer for a received pack: pinned staging when the inboxes land on a GPU (given back when the
+        call ends: the pack is copied to the device), else the transport's receive pool (given back at release)."""
+        if not size:
+            return torch.empty(0, dtype=torch.uint8)
+        gpu = self.device.type == "cuda"
+        raw = self._t.pinned.take(size) if gpu else self._t.received.take(size)
+        (self._lent if gpu else self._received).append(raw)
+        return raw
+
+    def _unpacked(self, pack: torch.Tensor, slots: list[tuple[int, int]]) -> dict[int, torch.Tensor]:
+        """Each packed sender's payload: a view into the pack (on the inboxes' device, copied there once)."""
+        if not slots:
+            return {}
+        landed = pack.to(self.device) if self.device.type == "cuda" else pack
+        out = {}
+        for q, offset in slots:
+            head = self._headers[q]
+            size, code, ndim = int(head[0]), int(head[1]), int(head[2])
+            shape = tuple(int(s) for s in head[3:3 + ndim])
+            dtype = _DTYPES[code]
+            out[q] = (landed[offset:offset + size].view(dtype).view(shape) if size
+                      else torch.empty(shape, dtype=dtype, device=self.device))
+        return out
 
     def _post_data_receive(self, rank: int, q: int) -> torch.Tensor:
         head = self._headers[q]
@@ -198,12 +265,13 @@ class Transport:
 
     def __init__(self, world: World, graph: nx.Graph, placement: Placement, timeout: float,
                  chunk_bytes: int = 1 << 30, cuda_aware: bool = False,
-                 on_timeout: Callable[[str], None] | None = None) -> None:
+                 on_timeout: Callable[[str], None] | None = None, pack_bytes: int = PACK_BYTES) -> None:
         self.world = world
         self.placement = placement
         self.timeout = timeout
         self.chunk_bytes = max(1, int(chunk_bytes))
         self.cuda_aware = cuda_aware
+        self.pack_bytes = pack_bytes  # payloads up to this size travel packed, one message per pair of ranks
         self.local_peers = placement.peers_of(world.rank)
         self.neighbors = {p: tuple(sorted(int(q) for q in graph.neighbors(p))) for p in graph.nodes}
         self.stats = CommStats()
@@ -213,7 +281,7 @@ class Transport:
         self.remote_ranks = remote
         self.comm = world.neighbour_comm(remote)
         self.calls = 0  # the sequence number of the next call: every rank counts its calls alike
-        span = 1
+        span = 4  # peer slots 0-2 of part 0 tag a call's header pack, data pack and never-matched receives
         while span < placement.n_peers and span < (1 << 14):
             span <<= 1
         self._peer_span = span
@@ -259,31 +327,52 @@ class Transport:
         pending = Pending(self, seq, round, payloads, links, receivers, recvs, withheld)
         if self.comm is not None:
             for rank in self.remote_ranks:
-                for q in recvs[rank]:
-                    head = np.empty(_HEADER, dtype=np.int64)
-                    pending._headers[q] = head
-                    request = self.comm.Irecv([head, MPI.INT64_T], source=rank, tag=self.tag(seq, q, 0))
-                    pending._add([request], q, header=True)
-                    self.stats.header_recv[rank] += head.nbytes
+                if recvs[rank]:
+                    heads = np.empty((len(recvs[rank]), _HEADER), dtype=np.int64)
+                    pending._packs_in[rank] = heads
+                    request = self.comm.Irecv([heads, MPI.INT64_T], source=rank, tag=self.tag(seq, _HEADS, 0))
+                    pending._add([request], recvs[rank][0], header=True)
+                    self.stats.header_recv[rank] += heads.nbytes
             for rank in self.remote_ranks:
-                for p in sends[rank]:
-                    if p not in withheld:
-                        self._post_send(pending, rank, p, payloads[p])
+                if sends[rank]:
+                    self._post_sends(pending, rank, [(p, None if p in withheld else payloads[p]) for p in sends[rank]])
         self.stats.time_comm_s += MPI.Wtime() - t0
         return pending
 
-    def _post_send(self, pending: Pending, rank: int, p: int, payload: torch.Tensor) -> None:
-        head = _header(payload)
-        pending._keep.append(head)
-        requests = [self.comm.Isend([head, MPI.INT64_T], dest=rank, tag=self.tag(pending.seq, p, 0))]
-        size = int(head[0])
-        if size:
-            view = self._wire_view(pending, payload)
-            pending._keep.append(view)
-            requests += self._post(self.comm.Isend, view, dest=rank, tag=self.tag(pending.seq, p, 1))
-        pending._add(requests, -1)
-        self.stats.header_sent[rank] += head.nbytes
-        self.stats.wire_sent[rank] += size
+    def _post_sends(self, pending: Pending, rank: int, outgoing: list[tuple[int, torch.Tensor | None]]) -> None:
+        """Send `rank` one message of every header (a withheld sender's marked so), one of the small payloads
+        packed (each padded to 8 bytes, so every payload's view keeps its alignment) and one per large payload."""
+        heads = np.empty((len(outgoing), _HEADER), dtype=np.int64)
+        small: list[torch.Tensor] = []
+        for k, (p, payload) in enumerate(outgoing):
+            if payload is None:
+                heads[k] = 0
+                heads[k, 0] = -1
+                continue
+            heads[k] = _header(payload)
+            size = int(heads[k, 0])
+            self.stats.wire_sent[rank] += size
+            if size > self.pack_bytes:
+                self._post_data(pending, rank, p, payload)
+            elif size:
+                flat = payload.contiguous().reshape(-1).view(torch.uint8)
+                small.append(flat)
+                if _padded(size) > size:
+                    small.append(torch.zeros(_padded(size) - size, dtype=torch.uint8, device=flat.device))
+        pending._keep.append(heads)
+        pending._add([self.comm.Isend([heads, MPI.INT64_T], dest=rank, tag=self.tag(pending.seq, _HEADS, 0))], -1)
+        self.stats.header_sent[rank] += heads.nbytes
+        if small:
+            pack = torch.cat(small)
+            view = self._wire_view(pending, pack)
+            pending._keep += [pack, view]
+            pending._add(self._post(self.comm.Isend, view, dest=rank, tag=self.tag(pending.seq, _PACK, 0)), -1)
+
+    def _post_data(self, pending: Pending, rank: int, p: int, payload: torch.Tensor) -> None:
+        """A large payload's data, in a message of its own (no copy on the CPU)."""
+        view = self._wire_view(pending, payload)
+        pending._keep.append(view)
+        pending._add(self._post(self.comm.Isend, view, dest=rank, tag=self.tag(pending.seq, p, 1)), -1)
 
     def _wire_view(self, pending: Pending, payload: torch.Tensor) -> np.ndarray | torch.Tensor:
         """A buffer MPI can read for `payload`: its bytes on the CPU or with CUDA-aware MPI, else pinned staging."""
@@ -349,7 +438,8 @@ class Transport:
             if any(a > b for a, b in zip(senders, senders[1:])):
                 senders = sorted(senders)
             out[p] = {q: payloads[q] if q in payloads else received[q] for q in senders}
-            stats.peer_recv[p] += sum(size[q] for q in senders)
+            if senders:
+                stats.peer_recv[p] += sum(size[q] for q in senders)
         ranks, me = self.placement.ranks, self.world.rank
         sending = {q for q in payloads if q not in withheld and ranks[q] == me}
         for p, senders in links.items():

@@ -3,30 +3,44 @@ do not depend on where the peers sit or on the order of the reduction."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import torch
 
 from p2pfl.comm.world import World
 
+#: The float64 bytes stacked at a time by `exact_mean` (its memory beyond the vectors themselves).
+BLOCK_BYTES = 64 << 20
+
+
+def _blocks(vectors: dict[int, torch.Tensor]) -> Iterator[torch.Tensor]:
+    """The vectors in peer order as float64 CPU rows, stacked BLOCK_BYTES at a time."""
+    peers = sorted(vectors)
+    if not peers:
+        return
+    per = max(1, BLOCK_BYTES // (8 * max(1, vectors[peers[0]].numel())))
+    for start in range(0, len(peers), per):
+        yield torch.stack([vectors[p].detach().reshape(-1) for p in peers[start:start + per]]).to("cpu", torch.float64)
+
 
 def exact_mean(world: World, vectors: dict[int, torch.Tensor], n_peers: int,
                like: torch.Tensor | None = None) -> torch.Tensor:
     """The average over the `n_peers` peers whose vectors the ranks hold, summed exactly in fixed point (int64),
-    so that the result does not depend on which rank holds which peer or on the order of the reduction.
+    so that the result does not depend on which rank holds which peer or on the order of the reduction (the
+    local vectors are converted a block at a time: integer sums are exact in any grouping).
     Collective; a rank holding none (its peers crashed) passes `like`, a tensor of the vectors' shape."""
     sample = next(iter(vectors.values())) if vectors else like
     assert sample is not None, "exact_mean: a rank without vectors passes like="
-    local_max = max(float(v.abs().max()) for v in vectors.values()) if vectors else 0.0
+    local_max = max((float(block.abs().max()) for block in _blocks(vectors)), default=0.0)
     global_max = world.allreduce_max(local_max)
     if global_max == 0.0 or not math.isfinite(global_max):
         return torch.zeros_like(sample, dtype=torch.float64) + (global_max if not math.isfinite(global_max) else 0)
-    shift = 61 - math.ceil(math.log2(global_max * n_peers))
+    shift = torch.tensor(float(61 - math.ceil(math.log2(global_max * n_peers))), dtype=torch.float64)
     total = torch.zeros(sample.numel(), dtype=torch.int64)
-    for peer in sorted(vectors):
-        total += torch.round(torch.ldexp(vectors[peer].detach().reshape(-1).double().cpu(),
-                                         torch.tensor(float(shift), dtype=torch.float64))).long()
+    for block in _blocks(vectors):
+        total += torch.round(torch.ldexp(block, shift)).long().sum(dim=0)
     world.allreduce_sum_(total.numpy())
-    mean = torch.ldexp(total.double(), torch.tensor(float(-shift), dtype=torch.float64)) / n_peers
+    mean = torch.ldexp(total.double(), -shift) / n_peers
     return mean.reshape(sample.shape)
 
 

@@ -28,6 +28,28 @@ def finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t).all())
 
 
+#: Values checked at a time by `nonfinite` when it stacks alike vectors.
+CHECK_BLOCK = 1 << 24
+
+
+def nonfinite(vectors: Mapping[int, torch.Tensor]) -> list[int]:
+    """The peers whose vector holds a non-finite value, in `vectors`' order: one check per block of alike
+    vectors stacked (thousands of small ones cost a few calls), each on its own otherwise."""
+    peers = list(vectors)
+    if not peers:
+        return []
+    first = vectors[peers[0]]
+    if any(v.shape != first.shape or v.dtype != first.dtype or v.device != first.device for v in vectors.values()):
+        return [p for p in peers if not finite(vectors[p])]
+    per = max(1, CHECK_BLOCK // max(1, first.numel()))
+    bad: list[int] = []
+    for start in range(0, len(peers), per):
+        chunk = peers[start:start + per]
+        ok = torch.isfinite(torch.stack([vectors[p].reshape(-1) for p in chunk])).all(dim=1).tolist()
+        bad += [p for p, fine in zip(chunk, ok) if not fine]
+    return bad
+
+
 @dataclass(frozen=True)
 class Events:
     """What a round's exchanges did, for its record: the (receiver, sender) messages rejected, the

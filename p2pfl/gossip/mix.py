@@ -65,13 +65,14 @@ class Gossip:
         messages behind suspect results are checked."""
         got = self.checked.exchange(vectors, round, net.incoming, net=net, valid=None, codec=codec, tamper=tamper)
         results = rule.combine_all(vectors, got.inbox, net)
-        suspects = [p for p, (v, _) in results.items() if rule.suspect(p, v)]
+        suspects = rule.suspects(results)
         delivered = self.checked.delivery(got.inbox, round, self.checked.suspects_of(got.inbox, suspects), net,
                                           got.pending)
         assert delivered.net is not None
         if delivered.rejected:  # the surviving graph's weights may change every row
             results = rule.combine_all(vectors, {p: delivered.kept(p) for p in got.inbox}, delivered.net)
-        noted = sum((rule.events(p, delivered.kept(p)) for p in sorted(got.inbox)), Events())
+        noted = (sum((rule.events(p, delivered.kept(p)) for p in sorted(got.inbox)), Events())
+                 if type(rule).events is not Rule.events else Events())  # the plain rule notes nothing
         delivered.release()  # every result is a new tensor (or the receiver's own vector)
         cut = tuple(sorted((p, q) for p, (_, c) in results.items() for q in c))
         return Mixed({p: v for p, (v, _) in results.items()}, delivered.net, delivered.events + noted + Events(cut=cut))

@@ -3,12 +3,13 @@ class: `combine` (the vector and the neighbours it cut), `suspect` (whether a re
 messages behind it) and `events` (what else the round record says of a receiver's combination)."""
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 
 import torch
 
 from p2pfl.byzantine import Robust, Scratch, aggregate, lowered_trim
-from p2pfl.gossip.checked import Events, finite
+from p2pfl.gossip.checked import Events, finite, nonfinite
 from p2pfl.network.schedule import RoundNetwork
 
 
@@ -49,8 +50,9 @@ def stacked_sums(own: Mapping[int, torch.Tensor], inbox: Mapping[int, Mapping[in
         return None
     vectors = torch.stack([x.reshape(-1) for x in stack])
     acc = torch.zeros((len(receivers), first.numel()), dtype=first.dtype, device=first.device)
-    for k in range(len(rows[receivers[0]])):
-        count = sum(1 for p in receivers if len(rows[p]) > k)  # rows are longest first: slot k is a prefix
+    lengths = [len(rows[p]) for p in receivers]  # descending: slot k's receivers are a prefix
+    for k in range(lengths[0]):
+        count = len(lengths) - bisect.bisect_right(lengths[::-1], k)
         take = torch.tensor([sources[r][k] for r in range(count)], device=first.device)
         weight = torch.tensor([rows[p][k][1] for p in receivers[:count]], dtype=first.dtype, device=first.device)
         acc[:count].addcmul_(vectors.index_select(0, take), weight.unsqueeze(1))
@@ -90,6 +92,13 @@ class Rule:
         """Whether the messages behind `result` must be checked: any non-finite input makes a weighted sum (and
         every robust aggregator: the sum, min/max or norm) non-finite, so only such results are."""
         return not finite(result)
+
+    def suspects(self, results: Mapping[int, tuple[torch.Tensor, list[int]]]) -> list[int]:
+        """The receivers whose result must be checked (`suspect`), in `results`' order; for this rule's test, one
+        check over the results stacked where they are alike."""
+        if type(self).suspect is not Rule.suspect:
+            return [p for p, (v, _) in results.items() if self.suspect(p, v)]
+        return nonfinite({p: v for p, (v, _) in results.items()})
 
     def events(self, peer: int, kept: dict[int, torch.Tensor]) -> Events:
         """What the round record says of `peer`'s combination of `kept` (the messages left once the rejected

@@ -104,13 +104,23 @@ class RoundNetwork:
     def row(self, peer: int, sizes: Sequence[float] | None = None) -> list[tuple[int, float]]:
         """Peer's mixing weights over its closed in-neighbourhood, ascending by neighbour, summing to 1; with
         `sizes` each W_ij is scaled by n_j first (data-size weighting: FedAvg on complete/uniform or a server)."""
+        if sizes is None and peer in self._row_cache:
+            return self._row_cache[peer]
         bounds, indices, data = self._rows
         lo, hi = bounds[peer], bounds[peer + 1]
         row = list(zip(indices[lo:hi], data[lo:hi]))
         if sizes is not None:
             row = [(j, w * float(sizes[j])) for j, w in row]
         total = sum(w for _, w in row)
-        return [(j, w / total) for j, w in row]
+        out = [(j, w / total) for j, w in row]
+        if sizes is None:
+            self._row_cache[peer] = out
+        return out
+
+    @cached_property
+    def _row_cache(self) -> dict[int, list[tuple[int, float]]]:
+        """Rows already built (callers copy, never change them); shared by a static network's rounds."""
+        return {}
 
     def work_fraction(self, peer: int) -> float:
         """The share of its local steps `peer` does this round (below 1 for a straggler)."""
@@ -181,6 +191,7 @@ class NetworkSchedule:
             self.support = dynamic.support(n_peers) if dynamic is not None else topologies.build("complete", n_peers)
         self._support_pairs: tuple[np.ndarray, np.ndarray] | None = None
         self._incoming: dict[int, tuple[int, ...]] | None = None  # the static everyone-up round's links
+        self._static_rows: dict[int, list[tuple[int, float]]] = {}  # and its rows of W
 
     @classmethod
     def from_config(cls, cfg: RunConfig, graph: nx.Graph) -> NetworkSchedule:
@@ -297,10 +308,11 @@ class NetworkSchedule:
         net = RoundNetwork(round=t, adjacency=a, W=w, active=act, alive=alive, rejoining=act - before,
                            fresh=act & before, work={p: f for p, f in self.stragglers.items() if p in act},
                            server=self.server, offered=int(base.nnz), reweigh=self._weights, directed=self.directed)
-        if static:  # every such round has the same links: the exchange's map is built once
+        if static:  # every such round has the same links and weights: their maps are built once
             if self._incoming is None:
                 self._incoming = net.incoming
             net.__dict__["incoming"] = self._incoming
+            net.__dict__["_row_cache"] = self._static_rows
         return net
 
     # ------------------------------------------------------------------ checks and description

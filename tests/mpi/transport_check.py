@@ -48,12 +48,13 @@ def check(inbox: dict[int, dict[int, torch.Tensor]], call: int, links: dict[int,
     return None
 
 
-def main(out: str) -> None:
+def main(out: str, pack: int | None = None) -> None:
     world = World.detect()
     torch.set_num_threads(1)
     placement = Placement(N_PEERS, world.size)
     local = placement.peers_of(world.rank)
-    transport = Transport(world, nx.complete_graph(N_PEERS), placement, timeout=60, chunk_bytes=64)
+    options = {} if pack is None else {"pack_bytes": pack}
+    transport = Transport(world, nx.complete_graph(N_PEERS), placement, timeout=60, chunk_bytes=64, **options)
     failures: dict[str, str | None] = {}
 
     def run(name: str, calls: list[int], how: str) -> None:
@@ -103,4 +104,4 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)
