@@ -117,6 +117,41 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def gossip_sums(repeats: int = 3) -> list[str]:
+    """The stacked gossip sum (p2pfl.gossip.rules.stacked_sums) against the one-receiver loop (weighted_sum) on
+    the same rows: receivers with 5 random neighbours and their own vector, equal weights, float32; the best of
+    `repeats`. Sets p2pfl.gossip.rules.STACK_MAX_CPU."""
+    import random
+
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from p2pfl.gossip.rules import stacked_sums, weighted_sum
+
+    torch.set_num_threads(1)
+    rng = random.Random(0)
+    lines = []
+    for numel, k in ((100, 2000), (1024, 2000), (4096, 1000), (65536, 300)):
+        own = {p: torch.randn(numel) for p in range(k)}
+        rows, inbox = {}, {}
+        for p in range(k):
+            heard = sorted(rng.sample([q for q in range(k) if q != p], 5))
+            rows[p] = [(j, 1 / 6) for j in sorted([*heard, p])]
+            inbox[p] = {q: own[q] for q in heard}
+        best = {"stacked": math.inf, "loop": math.inf}
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            stacked_sums(own, inbox, rows)
+            t1 = time.perf_counter()
+            for p in rows:
+                weighted_sum(own[p], inbox[p], rows[p])
+            t2 = time.perf_counter()
+            best = {"stacked": min(best["stacked"], t1 - t0), "loop": min(best["loop"], t2 - t1)}
+        lines.append(f"gossip sums d={numel:6d} K={k:5d}: stacked {best['stacked'] * 1e3:8.1f} ms, one receiver at a "
+                     f"time {best['loop'] * 1e3:8.1f} ms (stacked/loop {best['stacked'] / best['loop']:.2f})")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--peers", type=int, nargs="+", default=[100, 1000, 10000])
@@ -126,6 +161,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds a case may take")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()
+    print("\n".join(gossip_sums()), flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         cases = [(a, k, r) for a in args.algorithms for k in args.peers for r in args.ranks]

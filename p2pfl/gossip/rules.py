@@ -22,6 +22,13 @@ def weighted_sum(own: torch.Tensor, received: dict[int, torch.Tensor], row: list
     return acc
 
 
+#: Vectors of at most this many values are summed stacked on the CPU. Measured (benchmarks/bench_scale.py, "gossip
+#: sums", 2-core CPU): stacked/loop 0.97 at d = 100, 1.85 at 1,024, 6.5 at 65,536. Gathering the stack costs what
+#: torch's ~5 µs a term saves, so the CPU keeps the loop (0). On a GPU the stack always runs: one kernel a
+#: slot instead of one launch a term.
+STACK_MAX_CPU = 0
+
+
 def stacked_sums(own: Mapping[int, torch.Tensor], inbox: Mapping[int, Mapping[int, torch.Tensor]],
                  rows: Mapping[int, list[tuple[int, float]]]) -> dict[int, torch.Tensor] | None:
     """`weighted_sum` of every receiver of `rows` at once, bitwise the same: the distinct vectors stacked into one
@@ -82,7 +89,8 @@ class Rule:
     def combine_all(self, own: Mapping[int, torch.Tensor], inbox: Mapping[int, dict[int, torch.Tensor]],
                     net: RoundNetwork) -> dict[int, tuple[torch.Tensor, list[int]]]:
         """`combine` of every receiver of `inbox`: stacked when the rule is linear and the vectors alike."""
-        if self.linear:
+        sample = next(iter(own.values()), None)
+        if self.linear and sample is not None and (sample.is_cuda or sample.numel() <= STACK_MAX_CPU):
             sums = stacked_sums(own, inbox, {p: self.row(p, got, net) for p, got in inbox.items()})
             if sums is not None:
                 return {p: (sums[p], []) for p in inbox}
