@@ -84,24 +84,59 @@ def test_gnp_drawn_by_blocks_is_the_one_draw_over_the_upper_triangle(n: int, p: 
     assert want_rng.random() == got_rng.random()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_stacked_sums_equal_each_receivers_own_sum_bitwise(dtype: torch.dtype) -> None:
-    """Random rows over random neighbourhoods (own vector included, some receivers with no neighbour): the
-    stacked sum of every receiver is bit for bit its one-receiver weighted_sum."""
+def _random_rows(gen: np.random.Generator, k: int, dtype: torch.dtype, numel: int = 33
+                 ) -> tuple[dict, dict, dict]:
+    own = {p: torch.from_numpy(gen.standard_normal(numel)).to(dtype) for p in range(k)}
+    rows, inbox = {}, {}
+    for p in range(0, k, 3):
+        heard = sorted(gen.choice([q for q in range(k) if q != p], size=gen.integers(0, 7), replace=False))
+        members = sorted([*heard, p])
+        w = gen.random(len(members))
+        rows[p] = [(int(j), float(x)) for j, x in zip(members, w / w.sum())]
+        inbox[p] = {int(q): own[int(q)] for q in heard}
+    return own, rows, inbox
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-6), (torch.float64, 1e-15)])
+def test_stacked_sums_are_each_receivers_sum_whoever_shares_the_stack(dtype: torch.dtype, tol: float) -> None:
+    """Random rows over random neighbourhoods (own vector included, some receivers alone): each receiver's
+    stacked sum is its one-receiver weighted_sum up to rounding (the CPU's product multiplies and adds where
+    torch may fuse), and bit for bit the same when it is stacked with only some of the others, as on another
+    layout of the peers over ranks."""
     gen = np.random.default_rng(0)
     for _ in range(20):
-        k = 40
-        own = {p: torch.from_numpy(gen.standard_normal(33)).to(dtype) for p in range(k)}
-        rows, inbox = {}, {}
-        for p in range(0, k, 3):
-            heard = sorted(gen.choice([q for q in range(k) if q != p], size=gen.integers(0, 7), replace=False))
-            members = sorted([*heard, p])
-            w = gen.random(len(members))
-            rows[p] = [(int(j), float(x)) for j, x in zip(members, w / w.sum())]
-            inbox[p] = {int(q): own[int(q)] for q in heard}
+        own, rows, inbox = _random_rows(gen, 40, dtype)
         got = stacked_sums(own, inbox, rows)
         for p in rows:
-            assert torch.equal(got[p], weighted_sum(own[p], inbox[p], rows[p]))
+            want = weighted_sum(own[p], inbox[p], rows[p])
+            assert torch.allclose(got[p], want, rtol=tol, atol=tol)
+        some = [p for p in rows if gen.random() < 0.5]
+        part = stacked_sums(own, {p: inbox[p] for p in some}, {p: rows[p] for p in some})
+        assert all(torch.equal(part[p], got[p]) for p in some)
+
+
+def test_stacked_sums_on_the_slot_path_equal_the_one_receiver_sum_bitwise() -> None:
+    """The GPU's path (one fused multiply-add per slot), run here on the CPU, is torch's own add_ with alpha:
+    the same bits as weighted_sum."""
+    from p2pfl.gossip import rules
+
+    gen = np.random.default_rng(1)
+    for dtype in (torch.float32, torch.float64):
+        own, rows, inbox = _random_rows(gen, 40, dtype)
+        receivers = sorted(rows, key=lambda p: (-len(rows[p]), p))
+        stack, index, sources = [], {}, []
+        for p in receivers:
+            slots = []
+            for j, _ in rows[p]:
+                x = inbox[p].get(j, own[p])
+                index.setdefault(id(x), len(stack))
+                if index[id(x)] == len(stack):
+                    stack.append(x)
+                slots.append(index[id(x)])
+            sources.append(slots)
+        acc = rules._slot_product(receivers, rows, sources, torch.stack(stack))
+        for r, p in enumerate(receivers):
+            assert torch.equal(acc[r], weighted_sum(own[p], inbox[p], rows[p]))
 
 
 def test_exchange_plan_equals_a_walk_over_the_links() -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+import scipy.sparse as sp
 import torch
 
 from p2pfl.byzantine import Robust, Scratch, aggregate, lowered_trim
@@ -23,25 +25,28 @@ def weighted_sum(own: torch.Tensor, received: dict[int, torch.Tensor], row: list
 
 
 #: Vectors of at most this many values are summed stacked on the CPU. Measured (benchmarks/bench_scale.py, "gossip
-#: sums", 2-core CPU): stacked/loop 0.97 at d = 100, 1.85 at 1,024, 6.5 at 65,536. Gathering the stack costs what
-#: torch's ~5 µs a term saves, so the CPU keeps the loop (0). On a GPU the stack always runs: one kernel a
-#: slot instead of one launch a term.
-STACK_MAX_CPU = 0
+#: sums", 2-core CPU, stacked/loop): 0.54 at d = 100, 0.44 at 1,024, 0.89 at 4,096, 2.2 at 65,536, where copying
+#: the stack costs more than torch's ~5 µs a term saves. On a GPU the stack always runs (a kernel a slot, not a
+#: launch a term).
+STACK_MAX_CPU = 4096
+_NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
 
 
 def stacked_sums(own: Mapping[int, torch.Tensor], inbox: Mapping[int, Mapping[int, torch.Tensor]],
                  rows: Mapping[int, list[tuple[int, float]]]) -> dict[int, torch.Tensor] | None:
-    """`weighted_sum` of every receiver of `rows` at once, bitwise the same: the distinct vectors stacked into one
-    [vectors × parameters] buffer, then one fused multiply-add per slot of the rows (slot k: every receiver's k-th
-    term, in its row's ascending order), over the receivers whose rows are that long. The receivers are ordered
-    longest row first, so slot k's are a prefix of the buffer and the sum runs in place. None when the vectors
-    differ in shape, dtype or device (then each is summed on its own)."""
+    """Σ_j w_j x_j of every receiver of `rows` at once, each in its row's (ascending) order starting from zero, as
+    `weighted_sum` does one receiver: the distinct vectors stacked into one [vectors × parameters] buffer, the
+    rows made one sparse matrix, the sums one product. On the CPU that is scipy's CSR product, a multiply-add per
+    stored entry in row order; elsewhere one fused multiply-add per slot of the rows (slot k: every receiver's
+    k-th term), receivers ordered longest row first so that slot k's are a prefix. Each receiver's sum depends
+    on its own row and vectors only, never on which other receivers share the stack: bitwise the same whichever
+    ranks the peers sit on. None when the vectors differ in shape, dtype or device."""
     receivers = sorted(rows, key=lambda p: (-len(rows[p]), p))
     if not receivers:
         return {}
     index: dict[int, int] = {}
     stack: list[torch.Tensor] = []
-    sources = []
+    sources: list[list[int]] = []
     for p in receivers:
         got = inbox.get(p, {})
         slots = []
@@ -55,23 +60,42 @@ def stacked_sums(own: Mapping[int, torch.Tensor], inbox: Mapping[int, Mapping[in
     first = stack[0]
     if any(x.shape != first.shape or x.dtype != first.dtype or x.device != first.device for x in stack):
         return None
-    vectors = torch.stack([x.reshape(-1) for x in stack])
-    acc = torch.zeros((len(receivers), first.numel()), dtype=first.dtype, device=first.device)
+    vectors = torch.stack(stack).reshape(len(stack), -1)
+    if first.device.type == "cpu" and first.dtype in _NUMPY:
+        acc = torch.from_numpy(_csr_product(receivers, rows, sources, vectors.numpy()))
+    else:
+        acc = _slot_product(receivers, rows, sources, vectors)
+    return dict(zip(receivers, acc.reshape(len(receivers), *first.shape).unbind(0)))
+
+
+def _csr_product(receivers: list[int], rows: Mapping[int, list[tuple[int, float]]], sources: list[list[int]],
+                 vectors: np.ndarray) -> np.ndarray:
+    lengths = np.fromiter((len(s) for s in sources), dtype=np.int64, count=len(sources))
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    indices = np.fromiter((i for s in sources for i in s), dtype=np.int64, count=int(indptr[-1]))
+    data = np.fromiter((w for p in receivers for _, w in rows[p]), dtype=np.float64, count=int(indptr[-1]))
+    weights = sp.csr_matrix((data.astype(vectors.dtype), indices, indptr), shape=(len(receivers), len(vectors)))
+    return np.ascontiguousarray(weights @ vectors)
+
+
+def _slot_product(receivers: list[int], rows: Mapping[int, list[tuple[int, float]]], sources: list[list[int]],
+                  vectors: torch.Tensor) -> torch.Tensor:
+    acc = torch.zeros((len(receivers), vectors.shape[1]), dtype=vectors.dtype, device=vectors.device)
     lengths = [len(rows[p]) for p in receivers]  # descending: slot k's receivers are a prefix
     for k in range(lengths[0]):
         count = len(lengths) - bisect.bisect_right(lengths[::-1], k)
-        take = torch.tensor([sources[r][k] for r in range(count)], device=first.device)
-        weight = torch.tensor([rows[p][k][1] for p in receivers[:count]], dtype=first.dtype, device=first.device)
+        take = torch.tensor([sources[r][k] for r in range(count)], device=vectors.device)
+        weight = torch.tensor([rows[p][k][1] for p in receivers[:count]], dtype=vectors.dtype, device=vectors.device)
         acc[:count].addcmul_(vectors.index_select(0, take), weight.unsqueeze(1))
-    return {p: acc[r].view(first.shape) for r, p in enumerate(receivers)}
+    return acc
 
 
 class Rule:
     """The interface; also the W-weighted mean x_i <- Σ_j W_ij x_j (with `sizes`, W_ij scaled by n_j and the row
     renormalised)."""
 
-    #: Whether the rule is a fixed weighted sum per receiver (`row`): then a rank's receivers combine at once
-    #: (`stacked_sums`), bitwise as each would alone.
+    #: Whether the rule is a fixed weighted sum per receiver (`row`): then a rank's receivers may combine at once
+    #: (`stacked_sums`, in the same order; whether they do depends on the vectors only, never on the layout).
     linear = True
 
     def __init__(self, sizes: Sequence[float] | None = None) -> None:
