@@ -112,12 +112,19 @@ class Rule:
 
     def combine_all(self, own: Mapping[int, torch.Tensor], inbox: Mapping[int, dict[int, torch.Tensor]],
                     net: RoundNetwork) -> dict[int, tuple[torch.Tensor, list[int]]]:
-        """`combine` of every receiver of `inbox`: stacked when the rule is linear and the vectors alike."""
-        sample = next(iter(own.values()), None)
-        if self.linear and sample is not None and (sample.is_cuda or sample.numel() <= STACK_MAX_CPU):
-            sums = stacked_sums(own, inbox, {p: self.row(p, got, net) for p, got in inbox.items()})
-            if sums is not None:
-                return {p: (sums[p], []) for p in inbox}
+        """`combine` of every receiver of `inbox`: stacked when the rule is linear and the vectors alike. A linear
+        rule's sums are its rows' (`weighted_sum`) even when they cannot stack, so a subclass whose `combine_all`
+        builds on this one's (schemes.Lazy) gets the plain sums either way; a subclass that overrides `combine`
+        alone (docs/CONVENTIONS.md, example (b)) is combined through it, one receiver at a time."""
+        plain = type(self).combine is Rule.combine or type(self).combine_all is not Rule.combine_all
+        if self.linear and plain:
+            rows = {p: self.row(p, got, net) for p, got in inbox.items()}
+            sample = next(iter(own.values()), None)
+            stackable = sample is not None and (sample.is_cuda or sample.numel() <= STACK_MAX_CPU)
+            sums = stacked_sums(own, inbox, rows) if stackable else None
+            if sums is None:
+                sums = {p: weighted_sum(own[p], got, rows[p]) for p, got in inbox.items()}
+            return {p: (sums[p], []) for p in inbox}
         return {p: self.combine(p, own[p], got, net) for p, got in inbox.items()}
 
     def suspect(self, peer: int, result: torch.Tensor) -> bool:
