@@ -41,11 +41,12 @@ def launcher(ranks: int) -> list[str]:
     return [str(local) if local.exists() else "mpirun", "-n", str(ranks)]
 
 
-def case_args(algorithm: str, peers: int) -> list[str]:
+def case_args(algorithm: str, peers: int, device: str = "cpu") -> list[str]:
     """The options of one case (module docstring)."""
     p = min(1.0, MEAN_DEGREE / peers)
     common = ["--algorithm", algorithm, "--peers", str(peers), "--rounds", str(ROUNDS), "--topology", "random",
-              "--p", f"{p:.6g}", "--eval-every", "0", "--no-plots", "--no-progress", "--threads", "1"]
+              "--p", f"{p:.6g}", "--eval-every", "0", "--no-plots", "--no-progress", "--threads", "1",
+              "--device", device]
     if algorithm == "consensus":
         return [*common, "--vector-size", "100"]
     if algorithm == "quadratic":
@@ -57,10 +58,10 @@ def case_args(algorithm: str, peers: int) -> list[str]:
     raise ValueError(f"unknown case {algorithm!r}")
 
 
-def run_case(algorithm: str, peers: int, ranks: int, out: Path, timeout: float) -> dict:
+def run_case(algorithm: str, peers: int, ranks: int, out: Path, timeout: float, device: str = "cpu") -> dict:
     """One case's figures (module docstring); `failed` instead when the run did not finish."""
     name = f"{algorithm}-{peers}-{ranks}"
-    cmd = [*launcher(ranks), sys.executable, "-m", "p2pfl.run", *case_args(algorithm, peers), "--out", str(out),
+    cmd = [*launcher(ranks), sys.executable, "-m", "p2pfl.run", *case_args(algorithm, peers, device), "--out", str(out),
            "--name", name]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     t0 = time.perf_counter()
@@ -160,6 +161,7 @@ def main() -> None:
     ap.add_argument("--skip-fedavg", action="store_true", help="leave out fedavg at K = 1,000 on 2 ranks")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds a case may take")
     ap.add_argument("--json", type=Path, help="also write the rows here")
+    ap.add_argument("--device", default="cpu", help="the runs' --device (cpu, cuda)")
     args = ap.parse_args()
     print("\n".join(gossip_sums()), flush=True)
     rows = []
@@ -168,7 +170,7 @@ def main() -> None:
         if not args.skip_fedavg:
             cases.append(("fedavg", 1000, 2))
         for algorithm, peers, ranks in cases:
-            rows.append(run_case(algorithm, peers, ranks, Path(tmp), args.timeout))
+            rows.append(run_case(algorithm, peers, ranks, Path(tmp), args.timeout, args.device))
             print(table(rows[-1:]).splitlines()[-1], flush=True)
     print()
     print(table(rows))

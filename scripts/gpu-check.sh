@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What to run where a GPU is lent: the tests that use CUDA, the batched-peer benchmark (loop vs batched, 20 and
-# 100 peers), the main job on the GPU under mpirun, and the 100-peer Dec-SSL job batched. Everything goes
+# 100 peers), the main job on the GPU under mpirun, the 100-peer Dec-SSL job batched, and the scale benchmark. Everything goes
 # to ${OUT:-gpu-check}/: log.txt (all output), bench_batched_peers.json, runs.tar.gz (the run folders' summaries
 # and manifests). Python: .venv from scripts/setup.sh when present, else the machine's python that holds torch, with
 # the wheels under .whl/ installed into it (mpi4py and mpich, when the machine lacks an MPI). Data: $P2PFL_DATA, else .gpu-data/
@@ -81,6 +81,15 @@ step "$(scaled 150)" "${LAUNCH[@]}" $PY -m p2pfl.run --topology cycle --peers 20
 # (the benchmark above has the loop beside it)
 step "$(scaled 70)" $PY -m p2pfl.run --device "$DEVICE" --dataset fashion-mnist --peers 100 --topology random --p 0.05 \
     --rounds "$(scaled 10)" --batch-peers on --no-progress --out "$RUNS" --name dec-ssl-100
+
+# issue 29: set-up, a round and memory from 100 to 10,000 peers (consensus and quadratic, d = 100; fedavg at 1,000
+# peers on 2 ranks when an mpirun is here), the peers on the GPU
+SCALE_RANKS=(1)
+[ -n "$MPIRUN" ] && SCALE_RANKS=(1 2)
+SCALE_FEDAVG=()
+[ -z "$MPIRUN" ] && SCALE_FEDAVG=(--skip-fedavg)
+step "$(scaled 400)" $PY benchmarks/bench_scale.py --device "$DEVICE" --peers 100 1000 10000 \
+    --ranks "${SCALE_RANKS[@]}" "${SCALE_FEDAVG[@]}" --timeout "$(scaled 120)" --json "$OUT/bench_scale.json"
 
 say "done"
 (cd "$RUNS" && tar czf "$OUT/runs.tar.gz" --exclude='*.pt' --exclude='checkpoint*' . ) 2>> "$LOG"
