@@ -146,10 +146,11 @@ class RoundNetwork:
 
     def record(self, spectral: bool) -> NetworkRecord:
         """The round record's `network` entry (sigma2 only when `spectral`: it costs an SVD of W)."""
+        active = sorted(self.active)
         out = NetworkRecord(**{
             "links": self.links, "digest": self.digest(), "crashed": sorted(self.crashed),
             "rejoining": sorted(self.rejoining), "straggling": sorted(self.work),
-            "degree": {str(p): self.degree(p) for p in sorted(self.active)},
+            "degree": dict(zip(map(str, active), np.diff(self.adjacency.indptr)[active].tolist())),
         })
         if spectral:
             out["sigma2"] = self.sigma2()
