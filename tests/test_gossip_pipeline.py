@@ -82,3 +82,18 @@ def test_the_plain_mix_equals_w_times_x_bitwise_in_row_order() -> None:
         assert torch.equal(mixed.vectors[p], ordered)
         assert torch.allclose(mixed.vectors[p], wx[p], rtol=0, atol=1e-12)
     assert mixed.events.rejected == () and mixed.events.cut == ()
+
+
+def test_a_lazy_scheme_halves_once_when_its_vectors_cannot_stack() -> None:
+    """schemes.Lazy builds its combine_all on Rule's: where the vectors differ in dtype (no stacking) the plain
+    sums are still what it halves, so every receiver equals its own `combine`."""
+    from p2pfl.gossip.schemes import Lazy as SchemeLazy
+
+    _, _, net, vectors, _ = _setup()
+    vectors[0] = vectors[0].float()
+    inbox = {p: {j: vectors[j] for j, _ in net.row(p) if j != p} for p in range(K)}
+    rule = SchemeLazy()
+    mixed = rule.combine_all(vectors, inbox, net)
+    for p in range(K):
+        want, _ = rule.combine(p, vectors[p].clone(), inbox[p], net)
+        assert torch.allclose(mixed[p][0].double(), want.double(), rtol=0, atol=1e-6), p
