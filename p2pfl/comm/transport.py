@@ -434,9 +434,7 @@ class Transport:
         size.update((q, nbytes(t)) for q, t in payloads.items())
         stats = self.stats
         for p in receivers:
-            senders = links[p]
-            if any(a > b for a, b in zip(senders, senders[1:])):
-                senders = sorted(senders)
+            senders = sorted(links[p])
             out[p] = {q: payloads[q] if q in payloads else received[q] for q in senders}
             if senders:
                 stats.peer_recv[p] += sum(size[q] for q in senders)

@@ -44,13 +44,27 @@ def exact_mean(world: World, vectors: dict[int, torch.Tensor], n_peers: int,
     return mean.reshape(sample.shape)
 
 
+def _squared_distances(vectors: dict[int, torch.Tensor], mean: torch.Tensor) -> dict[int, float]:
+    """‖x_p − x̄‖² of each peer in float64. With one torch thread a block's row sums are each row's own sum, bit for
+    bit (whatever rows share the block), so the rows go a block at a time; with more threads torch may split a
+    long sum differently in a block than alone, so each vector is summed on its own."""
+    if torch.get_num_threads() > 1:
+        return {p: float((v.detach().reshape(mean.shape).double().cpu() - mean).pow(2).sum())
+                for p, v in vectors.items()}
+    flat = mean.reshape(-1)
+    peers = sorted(vectors)
+    sums: list[float] = []
+    for block in _blocks(vectors):
+        sums += (block - flat).pow(2).sum(dim=1).tolist()
+    return dict(zip(peers, sums))
+
+
 def spread(world: World, vectors: dict[int, torch.Tensor], n_peers: int,
            like: torch.Tensor | None = None) -> tuple[torch.Tensor, float | None]:
     """(x̄, Σ_i ‖x_i − x̄‖²) over the `n_peers` peers whose vectors the ranks hold, the sum taken in peer order on
     rank 0 (None elsewhere), so it is the same float on any number of ranks. Collective; `like` as exact_mean's."""
     mean = exact_mean(world, vectors, n_peers, like)
-    parts = {p: float((v.detach().reshape(mean.shape).double().cpu() - mean).pow(2).sum())
-             for p, v in vectors.items()}
+    parts = _squared_distances(vectors, mean)
     gathered = world.gather(parts)
     if gathered is None:
         return mean, None

@@ -128,9 +128,11 @@ class Handle:
         was None (then nothing is rejected: the caller judges and calls `CheckedExchange.delivery` itself, or
         needs no check)."""
         received = self._pending.wait()
-        # a sender's payload is the same tensor for all its receivers here: decode it once
-        decoded = {q: self._codec.decode(q, v, self._round) for got in received.values() for q, v in got.items()}
-        inbox = {p: {q: decoded[q] for q in got} for p, got in received.items()}
+        if self._codec.passes_through:
+            inbox = received
+        else:  # a sender's payload is the same tensor for all its receivers here: decode it once
+            decoded = {q: self._codec.decode(q, v, self._round) for got in received.values() for q, v in got.items()}
+            inbox = {p: {q: decoded[q] for q in got} for p, got in received.items()}
         if self._tamper is not None:
             inbox = {p: self._tamper(p, got) for p, got in inbox.items()}
         if self._valid is None:

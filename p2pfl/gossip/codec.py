@@ -22,6 +22,11 @@ class Codec:
         """The vector a receiver reads from `sender`'s payload."""
         return payload
 
+    @property
+    def passes_through(self) -> bool:
+        """Whether `decode` hands every payload back as it came (then the receivers need no decoding pass)."""
+        return type(self).decode is Codec.decode
+
 
 class Wrapping(Codec):
     """A codec around another: decodes as `inner` does; subclasses change what the sender encodes."""
@@ -31,6 +36,10 @@ class Wrapping(Codec):
 
     def decode(self, sender: int, payload: torch.Tensor, round: int) -> torch.Tensor:
         return self.inner.decode(sender, payload, round)
+
+    @property
+    def passes_through(self) -> bool:
+        return type(self).decode is Wrapping.decode and self.inner.passes_through
 
 
 class Attacking(Wrapping):
