@@ -6,8 +6,6 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-import scipy.sparse as sp
 import torch
 
 from p2pfl.byzantine import Robust, Scratch, aggregate, lowered_trim
@@ -25,22 +23,20 @@ def weighted_sum(own: torch.Tensor, received: dict[int, torch.Tensor], row: list
 
 
 #: Vectors of at most this many values are summed stacked on the CPU. Measured (benchmarks/bench_scale.py, "gossip
-#: sums", 2-core CPU, stacked/loop): 0.54 at d = 100, 0.44 at 1,024, 0.89 at 4,096, 2.2 at 65,536, where copying
+#: sums", 2-core CPU, stacked/loop): 0.68 at d = 100, 1.0 at 1,024, 2.9 at 4,096, 6.7 at 65,536, where gathering
 #: the stack costs more than torch's ~5 µs a term saves. On a GPU the stack always runs (a kernel a slot, not a
 #: launch a term).
-STACK_MAX_CPU = 4096
-_NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
+STACK_MAX_CPU = 512
 
 
 def stacked_sums(own: Mapping[int, torch.Tensor], inbox: Mapping[int, Mapping[int, torch.Tensor]],
                  rows: Mapping[int, list[tuple[int, float]]]) -> dict[int, torch.Tensor] | None:
-    """Σ_j w_j x_j of every receiver of `rows` at once, each in its row's (ascending) order starting from zero, as
-    `weighted_sum` does one receiver: the distinct vectors stacked into one [vectors × parameters] buffer, the
-    rows made one sparse matrix, the sums one product. On the CPU that is scipy's CSR product, a multiply-add per
-    stored entry in row order; elsewhere one fused multiply-add per slot of the rows (slot k: every receiver's
-    k-th term), receivers ordered longest row first so that slot k's are a prefix. Each receiver's sum depends
-    on its own row and vectors only, never on which other receivers share the stack: bitwise the same whichever
-    ranks the peers sit on. None when the vectors differ in shape, dtype or device."""
+    """`weighted_sum` of every receiver of `rows` at once, bitwise the same: the distinct vectors stacked into one
+    [vectors × parameters] buffer, then one fused multiply-add per slot of the rows (slot k: every receiver's k-th
+    term, in its row's ascending order, torch's add with alpha), over the receivers whose rows are that long.
+    The receivers are ordered longest row first, so slot k's are a prefix of the buffer and the sum runs in
+    place. Each receiver's sum depends on its own row and vectors only, never on which others share the stack.
+    None when the vectors differ in shape, dtype or device (then each is summed on its own)."""
     receivers = sorted(rows, key=lambda p: (-len(rows[p]), p))
     if not receivers:
         return {}
@@ -60,22 +56,8 @@ def stacked_sums(own: Mapping[int, torch.Tensor], inbox: Mapping[int, Mapping[in
     first = stack[0]
     if any(x.shape != first.shape or x.dtype != first.dtype or x.device != first.device for x in stack):
         return None
-    vectors = torch.stack(stack).reshape(len(stack), -1)
-    if first.device.type == "cpu" and first.dtype in _NUMPY:
-        acc = torch.from_numpy(_csr_product(receivers, rows, sources, vectors.numpy()))
-    else:
-        acc = _slot_product(receivers, rows, sources, vectors)
+    acc = _slot_product(receivers, rows, sources, torch.stack(stack).reshape(len(stack), -1))
     return dict(zip(receivers, acc.reshape(len(receivers), *first.shape).unbind(0)))
-
-
-def _csr_product(receivers: list[int], rows: Mapping[int, list[tuple[int, float]]], sources: list[list[int]],
-                 vectors: np.ndarray) -> np.ndarray:
-    lengths = np.fromiter((len(s) for s in sources), dtype=np.int64, count=len(sources))
-    indptr = np.concatenate([[0], np.cumsum(lengths)])
-    indices = np.fromiter((i for s in sources for i in s), dtype=np.int64, count=int(indptr[-1]))
-    data = np.fromiter((w for p in receivers for _, w in rows[p]), dtype=np.float64, count=int(indptr[-1]))
-    weights = sp.csr_matrix((data.astype(vectors.dtype), indices, indptr), shape=(len(receivers), len(vectors)))
-    return np.ascontiguousarray(weights @ vectors)
 
 
 def _slot_product(receivers: list[int], rows: Mapping[int, list[tuple[int, float]]], sources: list[list[int]],
