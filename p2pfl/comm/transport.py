@@ -58,8 +58,9 @@ _HEADS, _PACK, _NEVER = 0, 1, 2  # the peer slots of part 0's tags: header pack,
 
 
 def _padded(size: int) -> int:
-    """`size` rounded up to 8 bytes: where the next packed payload starts."""
-    return (size + 7) // 8 * 8
+    """`size` rounded up to 16 bytes (the widest element, complex128): where the next packed payload starts, so
+    every payload's view of the pack is aligned for its dtype."""
+    return (size + 15) // 16 * 16
 
 
 @dataclass
@@ -116,7 +117,11 @@ class _Buffers:
         self.pinned = pinned
         self._free: dict[int, list[torch.Tensor]] = defaultdict(list)
 
-    def take(self, size: int) -> torch.Tensor:
+    def take(self, size: int, rounded: bool = False) -> torch.Tensor:
+        """A buffer of `size` bytes; `rounded` (packs, whose size changes from call to call): of the next power of
+        two, so that a few buffers serve every size instead of one buffer a size kept forever."""
+        if rounded:
+            size = 1 << max(6, (size - 1).bit_length())
         pool = self._free[size]
         return pool.pop() if pool else torch.empty(size, dtype=torch.uint8, pin_memory=self.pinned)
 
@@ -209,7 +214,8 @@ class Pending:
                 t.stats.wire_recv[rank] += size
         pack = self._pack_buffer(total)
         if total:
-            self._add(t._post(t.comm.Irecv, pack.numpy(), source=rank, tag=t.tag(self.seq, _PACK, 0)), slots[0][0])
+            target = pack.numpy() if pack.device.type == "cpu" else pack  # a device pack travels whole, as sent
+            self._add(t._post(t.comm.Irecv, target, source=rank, tag=t.tag(self.seq, _PACK, 0)), slots[0][0])
         return pack, slots
 
     def _pack_buffer(self, size: int) -> torch.Tensor:
@@ -218,9 +224,11 @@ class Pending:
         if not size:
             return torch.empty(0, dtype=torch.uint8)
         gpu = self.device.type == "cuda"
-        raw = self._t.pinned.take(size) if gpu else self._t.received.take(size)
+        if gpu and self._t.cuda_aware:  # straight into device memory (the sender's pack is a device tensor too)
+            return torch.empty(size, dtype=torch.uint8, device=self.device)
+        raw = self._t.pinned.take(size, rounded=True) if gpu else self._t.received.take(size, rounded=True)
         (self._lent if gpu else self._received).append(raw)
-        return raw
+        return raw[:size]
 
     def _unpacked(self, pack: torch.Tensor, slots: list[tuple[int, int]]) -> dict[int, torch.Tensor]:
         """Each packed sender's payload: a view into the pack (on the inboxes' device, copied there once)."""
@@ -364,7 +372,7 @@ class Transport:
         self.stats.header_sent[rank] += heads.nbytes
         if small:
             pack = torch.cat(small)
-            view = self._wire_view(pending, pack)
+            view = self._wire_view(pending, pack, rounded=True)
             pending._keep += [pack, view]
             pending._add(self._post(self.comm.Isend, view, dest=rank, tag=self.tag(pending.seq, _PACK, 0)), -1)
 
@@ -374,16 +382,19 @@ class Transport:
         pending._keep.append(view)
         pending._add(self._post(self.comm.Isend, view, dest=rank, tag=self.tag(pending.seq, p, 1)), -1)
 
-    def _wire_view(self, pending: Pending, payload: torch.Tensor) -> np.ndarray | torch.Tensor:
-        """A buffer MPI can read for `payload`: its bytes on the CPU or with CUDA-aware MPI, else pinned staging."""
+    def _wire_view(self, pending: Pending, payload: torch.Tensor, rounded: bool = False) -> np.ndarray | torch.Tensor:
+        """A buffer MPI can read for `payload`: its bytes on the CPU or with CUDA-aware MPI, else pinned staging
+        (`rounded`: from the power-of-two pool of packs)."""
         flat = payload.contiguous()
         if flat.device.type == "cpu":
             return _host_array(flat)
         if self.cuda_aware:
             return flat.reshape(-1).view(torch.uint8)
-        staged = self.pinned.take(nbytes(flat))
+        size = nbytes(flat)
+        base = self.pinned.take(size, rounded=rounded)
+        pending._lent.append(base)
+        staged = base[:size]
         staged.copy_(flat.reshape(-1).view(torch.uint8))
-        pending._lent.append(staged)
         return staged.numpy()
 
     def _planned_for(self, links: Links) -> tuple[dict[int, list[int]], dict[int, list[int]], set[int]]:

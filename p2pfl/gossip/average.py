@@ -31,7 +31,8 @@ def exact_mean(world: World, vectors: dict[int, torch.Tensor], n_peers: int,
     Collective; a rank holding none (its peers crashed) passes `like`, a tensor of the vectors' shape."""
     sample = next(iter(vectors.values())) if vectors else like
     assert sample is not None, "exact_mean: a rank without vectors passes like="
-    local_max = max((float(block.abs().max()) for block in _blocks(vectors)), default=0.0)
+    maxima = [float(block.abs().max()) for block in _blocks(vectors)]
+    local_max = math.nan if any(math.isnan(m) for m in maxima) else max(maxima, default=0.0)
     global_max = world.allreduce_max(local_max)
     if global_max == 0.0 or not math.isfinite(global_max):
         return torch.zeros_like(sample, dtype=torch.float64) + (global_max if not math.isfinite(global_max) else 0)

@@ -244,7 +244,8 @@ class NetworkSchedule:
         fails both ways, a one-way link on its own): one draw per link of the support graph, in its sorted order
         (i < j; a directed schedule draws i -> j, then j -> i), so a link's fate does not depend on who else is up."""
         if self._support_pairs is None:
-            edges = np.array(sorted((min(u, v), max(u, v)) for u, v in self.support.edges), dtype=np.int64)
+            edges = np.array(sorted((min(u, v), max(u, v)) for u, v in self.support.edges),
+                             dtype=np.int64).reshape(-1, 2)
             self._support_pairs = edges[:, 0].copy(), edges[:, 1].copy()
         lo, hi = self._support_pairs
         rng = numpy_rng(self.seed, SHARED, f"links/{t}")

@@ -15,7 +15,8 @@ import torch
 from p2pfl.comm import Placement, Transport, World
 
 N_PEERS = 6
-DTYPES = (torch.float32, torch.float64, torch.int64, torch.bfloat16, torch.uint8, torch.bool)
+DTYPES = (torch.float32, torch.float64, torch.int64, torch.bfloat16, torch.uint8, torch.bool, torch.complex128,
+          torch.complex64)
 
 
 def payload(peer: int, call: int) -> torch.Tensor:
