@@ -349,7 +349,7 @@ class Transport:
 
     def _post_sends(self, pending: Pending, rank: int, outgoing: list[tuple[int, torch.Tensor | None]]) -> None:
         """Send `rank` one message of every header (a withheld sender's marked so), one of the small payloads
-        packed (each padded to 8 bytes, so every payload's view keeps its alignment) and one per large payload."""
+        packed (each padded to 16 bytes, so every payload's view keeps its alignment) and one per large payload."""
         heads = np.empty((len(outgoing), _HEADER), dtype=np.int64)
         small: list[torch.Tensor] = []
         for k, (p, payload) in enumerate(outgoing):
