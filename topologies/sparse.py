@@ -70,11 +70,6 @@ def difference(a: sp.csr_matrix, b: sp.csr_matrix) -> sp.csr_matrix:
     return keep(a, ~np.isin(rows * n + cols, brows * n + bcols))
 
 
-def is_symmetric(a: sp.csr_matrix) -> bool:
-    """Whether a equals its transpose (same pattern, same values)."""
-    return (a != a.T).nnz == 0
-
-
 def row_sums(w: sp.csr_matrix) -> np.ndarray:
     """Σ_j W_ij of every row, each summed in ascending column order (one fixed order, whatever K)."""
     out = np.zeros(w.shape[0])

@@ -157,9 +157,6 @@ class RoundNetwork:
         return out
 
 
-_links_matrix = sparse.links_matrix
-
-
 class NetworkSchedule:
     """The round networks of a run (see the module docstring): `at(t)` for round t, identical on every rank."""
 
@@ -185,7 +182,7 @@ class NetworkSchedule:
         if graph is not None:
             self.kind = "static"
             self.support = graph
-            self._static = _links_matrix(graph, n_peers)
+            self._static = sparse.links_matrix(graph, n_peers)
             self._static_W = self._weights(self._static, frozenset(range(n_peers)))
         else:
             self.kind = dynamic.name if dynamic is not None else "resample"
@@ -213,9 +210,9 @@ class NetworkSchedule:
         if self.kind == "static":
             return self._static
         if self.dynamic is not None:
-            return _links_matrix(self.dynamic.links(self.n, self.seed, t), self.n)
+            return sparse.links_matrix(self.dynamic.links(self.n, self.seed, t), self.n)
         rng = numpy_rng(self.seed, SHARED, f"topology/{t}")
-        return _links_matrix(sample_gnp(rng, self.n, self.resample_p, what=f"--resample (round {t})"), self.n)
+        return sparse.links_matrix(sample_gnp(rng, self.n, self.resample_p, what=f"--resample (round {t})"), self.n)
 
     def alive(self, t: int) -> frozenset[int]:
         """Peers not crashed by round t (a crash P@R takes P out from round R on, for good)."""
@@ -277,12 +274,8 @@ class NetworkSchedule:
             values = np.concatenate([np.full(len(m) ** 2, 1.0 / max(1, len(m))), np.ones(len(outside))])
             return sparse.from_pairs(rows, cols, n, values, np.float64)
         af = a.astype(np.float64)
-        if self.directed:
-            rows, cols = sparse.pairs(af)
-            share = 1.0 / (np.diff(af.indptr) + 1.0)
-            everyone = np.arange(n, dtype=np.int64)
-            return sparse.from_pairs(np.concatenate([rows, everyone]), np.concatenate([cols, everyone]), n,
-                                     np.concatenate([share[rows], share]), np.float64)
+        if self.directed:  # uniform over each peer's closed in-neighbourhood (row degrees are in-degrees)
+            return KINDS["uniform"](af)
         return KINDS[self.mixing](af)
 
     @property
