@@ -31,7 +31,8 @@ def isolated(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------------------ real data
 
 @pytest.mark.skipif(not (DEBIAN_FMNIST / "train-images-idx3-ubyte.gz").is_file(),
-                    reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist; .ci/run does it)")
+                    reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist; "
+                           "scripts/setup.sh does it as root)")
 def test_fashion_mnist_from_debian_files(isolated):
     ds = load_dataset("fashion-mnist", data_dir=isolated)
     assert ds.x_train.shape == (60000, 1, 28, 28) and ds.x_test.shape == (10000, 1, 28, 28)

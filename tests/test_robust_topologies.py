@@ -45,7 +45,7 @@ def test_a_leaf_keeps_its_only_neighbour(tmp_path: Path, topology: str) -> None:
     exponential rate (ratio <= mean's ratio ** 0.5; gossip falls to 3.7e-6 of the start, the old clipped radius 0
     left the leaves where they started, 0.71). On the tree the leaves follow their parent, but a node whose two
     children agree with it rightly treats its parent as the one outlier (a tree is not robust enough for
-    --trim 1), so both aggregators stall short of consensus there (README)."""
+    --trim 1), so both aggregators stall short of consensus there (docs/robustness.md)."""
     mean = _rounds(tmp_path, topology, "mean")
     mean_ratio = mean[-1]["consensus_distance"] / mean[0]["consensus_distance"]
     for aggregator in ("clipped-gossip", "trimmed-mean"):

@@ -17,9 +17,9 @@ from p2pfl.options import Check, method_options, opt
 #: of SimCLR added 4 points at most; on CIFAR-10 the same encoder goes from 0.31 to 0.42 in 10 rounds.
 #: Learning is limited by the number of local steps there, so batches are small (32, not 128); IID shards
 #: (Dirichlet 0.1 gave a third of the gain). The paper's settings are the presets in launch/configs/.
-#: Measured figures: README, "The two commands".
+#: Measured figures: README, "The two commands"; docs/methods.md, "The main job's defaults".
 DEC_SSL_BUDGET = {"dataset": "cifar10", "partition": "iid", "batch_size": 32, "rounds": 10}
-#: SimCLR's temperature for these small models: 0.2 learned faster than the paper's 0.5 (README).
+#: SimCLR's temperature for these small models: 0.2 learned faster than the paper's 0.5 (docs/methods.md).
 DEC_SSL_TEMPERATURE = 0.2
 
 
