@@ -38,6 +38,7 @@ from p2pfl.records import (
     summary_record,
 )
 from p2pfl.runtime.checkpoint import load_peer, load_state, record_state, restore_record, save_peer, save_state
+from p2pfl.runtime.heap import frozen_heap
 from p2pfl.runtime.memory import peak_bytes
 from p2pfl.runtime.preemption import PREEMPTED_EXIT, StopSignals
 from p2pfl.runtime.progress import Progress, summary_lines
@@ -283,6 +284,10 @@ class Runner:
 
     def run(self) -> Summary | None:
         """All rounds, evaluations and the summary; returns the summary on rank 0."""
+        with frozen_heap():
+            return self._run_rounds()
+
+    def _run_rounds(self) -> Summary | None:
         cfg, world = self.cfg, self.world
         rounds = self.rounds
         progress = Progress(rounds, cfg.progress and world.is_root, f"{cfg.algorithm}/{cfg.topology}")

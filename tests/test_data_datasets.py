@@ -51,9 +51,12 @@ def cifar10_decoded(tmp_path_factory):
     if not CIFAR_JPEG.is_file():
         pytest.skip(f"{CIFAR_JPEG} absent (the shared CIFAR-10 archive)")
     root = tmp_path_factory.mktemp("cifar-root")
+    shared = tmp_path_factory.mktemp("shared-data")  # the archive alone: whatever else ../shared/data may hold
+    (shared / CIFAR_JPEG.name).symlink_to(CIFAR_JPEG)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HOME", str(root / "home"))
         mp.delenv("P2PFL_DATA", raising=False)
+        mp.setattr(D, "_shared_data_dirs", lambda: [shared])
         calls = []
         ensure_dataset("cifar10", data_dir=root, barrier=lambda: calls.append(1), is_node_leader=True)
         assert calls == [1]

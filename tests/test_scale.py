@@ -3,6 +3,8 @@ against the one-receiver sum, G(n, p) drawn by blocks against one draw, the vect
 walk over the links, and a 5,000-peer consensus run whose trace is the same on 1 and 2 ranks."""
 from __future__ import annotations
 
+import math
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ import torch
 
 import topologies
 from p2pfl.comm.placement import Placement
+from p2pfl.gossip import rules
 from p2pfl.gossip.rules import stacked_sums, weighted_sum
 from p2pfl.network.schedule import NetworkSchedule
 from topologies import generators
@@ -97,11 +100,15 @@ def _random_rows(gen: np.random.Generator, k: int, dtype: torch.dtype, numel: in
     return own, rows, inbox
 
 
+@pytest.mark.parametrize("block_bytes", [1, 500, 256 << 10])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_stacked_sums_are_each_receivers_sum_bitwise_whoever_shares_the_stack(dtype: torch.dtype) -> None:
+def test_stacked_sums_are_each_receivers_sum_bitwise_whoever_shares_the_stack(
+        dtype: torch.dtype, block_bytes: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Random rows over random neighbourhoods (own vector included, some receivers alone): each receiver's
     stacked sum is bit for bit its one-receiver weighted_sum, also when it is stacked with only some of the
-    others, as on another layout of the peers over ranks."""
+    others, as on another layout of the peers over ranks, and whatever block of receivers it is summed in (one
+    receiver a block, a few, all)."""
+    monkeypatch.setattr(rules, "SLOT_BLOCK_BYTES", block_bytes)
     gen = np.random.default_rng(0)
     for _ in range(20):
         own, rows, inbox = _random_rows(gen, 40, dtype)
@@ -155,3 +162,92 @@ def test_5000_peer_consensus_has_the_same_trace_on_1_and_2_ranks(runs_dir) -> No
     assert len(one) == 5 and one == two
     assert [len(r["active"]) for r in one[1:4]] == [4500] * 3  # per-peer records kept: every active peer
     assert len(one[-1]["per_peer"]) == 5000
+
+
+@pytest.mark.parametrize("block_bytes", [1, 3000, 64 << 20])
+def test_exact_mean_and_spread_by_blocks_equal_a_brute_force(block_bytes: int,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The network mean and the consensus distance, whatever the block the vectors are stacked in (one vector a
+    block, a few, all): the mean equal to math.fsum's correctly rounded one to within the fixed point's
+    resolution, the distance equal to the peer-ordered sum of each vector's own squared distance; vectors that
+    need grad and vectors of equal size but other shapes stack too."""
+    from p2pfl.gossip import average
+
+    from helpers_inproc import world
+
+    monkeypatch.setattr(average, "BLOCK_BYTES", block_bytes)
+    gen = torch.Generator().manual_seed(3)
+    vectors = {p: torch.randn(24, generator=gen, dtype=torch.float32) * (p + 1) for p in range(37)}
+    vectors[5] = vectors[5].reshape(4, 6)
+    vectors[7] = vectors[7].clone().requires_grad_(True)
+    mean, total = average.spread(world(), vectors, len(vectors))
+    rows = [v.detach().reshape(-1).double().tolist() for _, v in sorted(vectors.items())]
+    want = [math.fsum(col) / len(rows) for col in zip(*rows)]
+    scale = max(abs(x) for row in rows for x in row) * len(rows)
+    assert np.allclose(mean.reshape(-1).numpy(), want, rtol=0, atol=scale * 2.0 ** -59)
+    flat = mean.reshape(-1)
+    distances = [float((v.detach().reshape(-1).double() - flat).pow(2).sum()) for _, v in sorted(vectors.items())]
+    expect = 0.0
+    for d in distances:
+        expect += d
+    assert total == expect
+
+
+@pytest.mark.parametrize("options", [{}, {"link_failure": 0.3, "participation": 0.7}, {"mixing": "max-degree"}])
+def test_row_weights_are_each_rows_weights_bitwise(options: dict) -> None:
+    """RoundNetwork.row_weights (one array for every row of W) holds, entry for entry, the weights of `row`."""
+    graph = topologies.build("random", 80, seed=4, p=0.08)
+    schedule = NetworkSchedule(80, seed=6, graph=graph, **options)
+    for t in range(1, 5):
+        net = schedule.at(t)
+        bounds = net.W.indptr
+        for i in range(80):
+            row = net.row(i)
+            assert net.W.indices[bounds[i]:bounds[i + 1]].tolist() == [j for j, _ in row]
+            assert net.row_weights[bounds[i]:bounds[i + 1]].tolist() == [w for _, w in row]
+
+
+def test_link_arrays_answer_membership_and_fanout_as_the_mapping() -> None:
+    """LinkArrays.heard and .fanout against the links mapping itself."""
+    from p2pfl.comm.inbox import LinkArrays
+
+    gen = np.random.default_rng(1)
+    links = {p: tuple(sorted(gen.choice(50, size=gen.integers(0, 6), replace=False).tolist())) for p in range(0, 50, 2)}
+    arrays = LinkArrays.of(links)
+    receivers, senders = gen.integers(0, 50, 4000), gen.integers(0, 50, 4000)
+    want = [q in links.get(p, ()) for p, q in zip(receivers.tolist(), senders.tolist())]
+    assert arrays.heard(receivers, senders).tolist() == want
+    counts: dict[int, int] = {}
+    for senders_of in links.values():
+        for q in senders_of:
+            counts[q] = counts.get(q, 0) + 1
+    assert arrays.fanout == counts
+
+
+@pytest.mark.parametrize("block_bytes", [1, 256 << 10])
+@pytest.mark.parametrize("options", [{}, {"link_failure": 0.3, "participation": 0.7}])
+def test_sender_sums_are_each_receivers_weighted_sum_bitwise(options: dict, block_bytes: int,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The array-gathered sums over an inbox of one tensor a sender (rules.sender_sums) against each receiver's
+    weighted_sum over its own {sender: payload} and its row of W: bit for bit, for a rank holding some of the
+    receivers, messages that differ from the senders' own vectors, and links withheld (a term from a neighbour
+    not heard is the receiver's own vector)."""
+    from p2pfl.comm.inbox import LinkArrays, SenderInbox
+    from p2pfl.gossip.rules import sender_sums
+
+    monkeypatch.setattr(rules, "SLOT_BLOCK_BYTES", block_bytes)
+    graph = topologies.build("random", 70, seed=8, p=0.1)
+    schedule = NetworkSchedule(70, seed=9, graph=graph, **options)
+    gen = np.random.default_rng(2)
+    for t in range(1, 5):
+        net = schedule.at(t)
+        links = {p: tuple(q for q in senders if gen.random() > 0.1) for p, senders in net.incoming.items()}
+        mine = sorted(p for p in net.active if gen.random() < 0.6)
+        own = {p: torch.from_numpy(gen.standard_normal(40)).float() for p in mine}
+        by_sender = {q: torch.from_numpy(gen.standard_normal(40)).float() for q in range(70)}
+        inbox = SenderInbox(by_sender, links, LinkArrays.of(links), mine)
+        got = sender_sums(own, inbox, net)
+        assert got is not None and sorted(got) == mine
+        for p in mine:
+            assert inbox[p] == {q: by_sender[q] for q in links[p]}
+            assert torch.equal(got[p], weighted_sum(own[p], inbox[p], net.row(p)))

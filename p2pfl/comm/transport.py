@@ -32,7 +32,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -40,12 +40,12 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
+from p2pfl.comm.inbox import LinkArrays, Links, SenderInbox
 from p2pfl.comm.placement import Placement
 from p2pfl.comm.watchdog import Watchdog
 from p2pfl.comm.world import POLL_FIRST_S, POLL_MAX_S, World
 
-Links = Mapping[int, Sequence[int]]  # receiving peer -> the peers it hears from (a global view, the same on every rank)
-Inbox = dict[int, dict[int, torch.Tensor]]  # local receiver -> {sender: payload}, senders ascending
+Inbox = Mapping[int, dict[int, torch.Tensor]]  # local receiver -> {sender: payload}, senders ascending
 TIMEOUT_EXIT = 3  # exit status of a job whose exchange waited past --timeout
 _MAX_DIMS = 8
 _HEADER = 3 + _MAX_DIMS  # nbytes, dtype code, ndim, shape
@@ -298,6 +298,7 @@ class Transport:
         self._watchdog = Watchdog(on_timeout or self._abort_job) if self.comm is not None else None
         #: The plan of the last links seen (the same mapping object round after round on a static network).
         self._planned: tuple[Links, tuple[dict[int, list[int]], dict[int, list[int]], set[int]]] | None = None
+        self._arrays: tuple[Links, LinkArrays] | None = None
 
     def tag(self, seq: int, peer: int, part: int) -> int:
         """The tag of `peer`'s header (part 0) or data (part 1) in call `seq`."""
@@ -440,23 +441,36 @@ class Transport:
         """Per local receiver, its senders' payloads: a co-located sender's tensor itself, a remote one's
         received copy. Counts the logical bytes of every link at both of its ends (a withheld sender's as
         not sent)."""
-        out: Inbox = {}
-        size = {q: nbytes(t) for q, t in received.items()}
-        size.update((q, nbytes(t)) for q, t in payloads.items())
+        by_sender = {**received, **payloads}
+        arrays = self._arrays_of(links)
         stats = self.stats
+        size = np.zeros(self.placement.n_peers + 1, dtype=np.int64)
+        size[np.fromiter(by_sender, dtype=np.int64, count=len(by_sender))] = [nbytes(t) for t in by_sender.values()]
+        heard = np.concatenate([[0], np.cumsum(size[arrays.senders])])
+        rows = arrays.row_of
         for p in receivers:
-            senders = sorted(links[p])
-            out[p] = {q: payloads[q] if q in payloads else received[q] for q in senders}
-            if senders:
-                stats.peer_recv[p] += sum(size[q] for q in senders)
+            i = rows[p]
+            if arrays.lengths[i]:
+                stats.peer_recv[p] += int(heard[arrays.starts[i + 1]] - heard[arrays.starts[i]])
         ranks, me = self.placement.ranks, self.world.rank
         sending = {q for q in payloads if q not in withheld and ranks[q] == me}
-        for p, senders in links.items():
-            for q in sending.intersection(senders):
-                stats.peer_sent[q] += size[q]
-                if stats.track_links:
-                    stats.link_sent[(q, p)] += size[q]
-        return out
+        if stats.track_links:
+            for p, senders in links.items():
+                for q in sending.intersection(senders):
+                    stats.peer_sent[q] += int(size[q])
+                    stats.link_sent[(q, p)] += int(size[q])
+        else:
+            fanout = arrays.fanout
+            for q in sorted(sending):
+                if fanout.get(q):
+                    stats.peer_sent[q] += int(size[q]) * fanout[q]
+        return SenderInbox(by_sender, links, arrays, receivers)
+
+    def _arrays_of(self, links: Links) -> LinkArrays:
+        """`links` as arrays, kept for the next call with the very same mapping (a static network's)."""
+        if self._arrays is None or self._arrays[0] is not links:
+            self._arrays = (links, LinkArrays.of(links))
+        return self._arrays[1]
 
     def _wait(self, pending: Pending, requests: list[MPI.Request], owner: list[int]) -> None:
         """Wait for `requests`; past the timeout the watchdog names a missing neighbour and the round."""

@@ -28,8 +28,8 @@ def finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t).all())
 
 
-#: Values checked at a time by `nonfinite` when it stacks alike vectors.
-CHECK_BLOCK = 1 << 24
+#: Values checked at a time by `nonfinite` when it stacks alike vectors (a block a core's cache holds).
+CHECK_BLOCK = 1 << 18
 
 
 def nonfinite(vectors: Mapping[int, torch.Tensor]) -> list[int]:
@@ -45,7 +45,9 @@ def nonfinite(vectors: Mapping[int, torch.Tensor]) -> list[int]:
     bad: list[int] = []
     for start in range(0, len(peers), per):
         chunk = peers[start:start + per]
-        ok = torch.isfinite(torch.stack([vectors[p].reshape(-1) for p in chunk])).all(dim=1).tolist()
+        with torch.no_grad():
+            block = torch.stack([vectors[p] for p in chunk]).reshape(len(chunk), -1)
+        ok = torch.isfinite(block).all(dim=1).tolist()
         bad += [p for p, fine in zip(chunk, ok) if not fine]
     return bad
 

@@ -3,12 +3,14 @@ class: `combine` (the vector and the neighbours it cut), `suspect` (whether a re
 messages behind it) and `events` (what else the round record says of a receiver's combination)."""
 from __future__ import annotations
 
-import bisect
+import itertools
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 
 from p2pfl.byzantine import Robust, Scratch, aggregate, lowered_trim
+from p2pfl.comm.inbox import SenderInbox
 from p2pfl.gossip.checked import Events, finite, nonfinite
 from p2pfl.network.schedule import RoundNetwork
 
@@ -42,33 +44,82 @@ def stacked_sums(own: Mapping[int, torch.Tensor], inbox: Mapping[int, Mapping[in
         return {}
     index: dict[int, int] = {}
     stack: list[torch.Tensor] = []
-    sources: list[list[int]] = []
+    for x in itertools.chain((own[p] for p in receivers), *(inbox.get(p, {}).values() for p in receivers)):
+        if index.setdefault(id(x), len(stack)) == len(stack):
+            stack.append(x)
+    sources = []
     for p in receivers:
-        got = inbox.get(p, {})
-        slots = []
-        for j, _ in rows[p]:
-            x = got[j] if j in got else own[p]
-            if id(x) not in index:
-                index[id(x)] = len(stack)
-                stack.append(x)
-            slots.append(index[id(x)])
-        sources.append(slots)
+        got, mine = inbox.get(p, {}), own[p]
+        sources.append([index[id(got.get(j, mine))] for j, _ in rows[p]])
     first = stack[0]
     if any(x.shape != first.shape or x.dtype != first.dtype or x.device != first.device for x in stack):
         return None
-    acc = _slot_product(receivers, rows, sources, torch.stack(stack).reshape(len(stack), -1))
+    lengths = np.fromiter((len(s) for s in sources), dtype=np.int64, count=len(sources))
+    take = np.fromiter(itertools.chain.from_iterable(sources), dtype=np.int64, count=int(lengths.sum()))
+    weight = np.fromiter((w for p in receivers for _, w in rows[p]), dtype=np.float64, count=take.size)
+    acc = _slot_product(lengths, take, weight, torch.stack(stack).reshape(len(stack), -1))
     return dict(zip(receivers, acc.reshape(len(receivers), *first.shape).unbind(0)))
 
 
-def _slot_product(receivers: list[int], rows: Mapping[int, list[tuple[int, float]]], sources: list[list[int]],
-                  vectors: torch.Tensor) -> torch.Tensor:
-    acc = torch.zeros((len(receivers), vectors.shape[1]), dtype=vectors.dtype, device=vectors.device)
-    lengths = [len(rows[p]) for p in receivers]  # descending: slot k's receivers are a prefix
-    for k in range(lengths[0]):
-        count = len(lengths) - bisect.bisect_right(lengths[::-1], k)
-        take = torch.tensor([sources[r][k] for r in range(count)], device=vectors.device)
-        weight = torch.tensor([rows[p][k][1] for p in receivers[:count]], dtype=vectors.dtype, device=vectors.device)
-        acc[:count].addcmul_(vectors.index_select(0, take), weight.unsqueeze(1))
+def sender_sums(own: Mapping[int, torch.Tensor], inbox: SenderInbox, net: RoundNetwork
+                ) -> dict[int, torch.Tensor] | None:
+    """`stacked_sums` of W's rows (`net.row`) over an inbox that holds one tensor a sender, bitwise the same: the
+    terms gathered with array code from W's CSR arrays and the inbox's links (a term from a sender the
+    receiver did not hear is its own vector, as in `weighted_sum`), no per-term Python. None as stacked_sums."""
+    receivers = np.fromiter(inbox, dtype=np.int64, count=len(inbox))
+    if receivers.size == 0:
+        return {}
+    indptr, indices = net.W.indptr.astype(np.int64), net.W.indices.astype(np.int64)
+    lo, lengths = indptr[receivers], indptr[receivers + 1] - indptr[receivers]
+    order = np.lexsort((receivers, -lengths))  # longest row first, then by peer: stacked_sums' order
+    receivers, lo, lengths = receivers[order], lo[order], lengths[order]
+    start = np.cumsum(lengths) - lengths
+    at = np.repeat(lo - start, lengths) + np.arange(int(lengths.sum()))
+    sender, weight = indices[at], net.row_weights[at]
+    receiver = np.repeat(receivers, lengths)
+    heard = inbox.arrays.heard(receiver, sender)
+    senders = np.unique(sender[heard])
+    slot = np.zeros(net.n_peers, dtype=np.int64)
+    slot[receivers] = np.arange(receivers.size)
+    from_sender = np.zeros(net.n_peers, dtype=np.int64)
+    from_sender[senders] = receivers.size + np.arange(senders.size)
+    take = np.where(heard, from_sender[sender], slot[receiver])
+    stack = [own[p] for p in receivers.tolist()] + [inbox.by_sender[q] for q in senders.tolist()]
+    first = stack[0]
+    if any(x.shape != first.shape or x.dtype != first.dtype or x.device != first.device for x in stack):
+        return None
+    acc = _slot_product(lengths, take, weight, torch.stack(stack).reshape(len(stack), -1))
+    return dict(zip(receivers.tolist(), acc.reshape(receivers.size, *first.shape).unbind(0)))
+
+
+#: Bytes of a receiver block's sums kept while every slot adds into it (CPU): the block stays in a core's cache
+#: instead of every slot streaming all the receivers' sums through memory.
+SLOT_BLOCK_BYTES = 256 << 10
+
+
+def _slot_product(lengths: np.ndarray, take: np.ndarray, weight: np.ndarray, vectors: torch.Tensor
+                  ) -> torch.Tensor:
+    """Each receiver's Σ_k weight_k · vectors[take_k] over its terms (receivers longest first, `lengths` terms
+    each, one after another in `take` and `weight`), slot by slot (k ascending) for a block of receivers at a
+    time: a receiver's terms are added in its row's order whatever block it is in."""
+    n, width = lengths.size, vectors.shape[1]
+    longest = int(lengths[0]) if n else 0
+    row = np.repeat(np.arange(n), lengths)
+    slot = np.arange(row.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    takes = np.zeros((longest, n), dtype=np.int64)  # [slot × receiver]: a slot's receivers contiguous
+    takes[slot, row] = take
+    weights = np.zeros((longest, n))
+    weights[slot, row] = weight
+    takes_t = torch.from_numpy(takes).to(vectors.device)
+    weights_t = torch.from_numpy(weights).to(vectors.device, vectors.dtype)  # each weight rounded once, as alone
+    acc = torch.zeros((n, width), dtype=vectors.dtype, device=vectors.device)
+    per = max(1, n) if vectors.is_cuda else max(1, SLOT_BLOCK_BYTES // max(1, width * vectors.element_size()))
+    for lo in range(0, n, per):
+        hi = min(n, lo + per)
+        counts = (lengths[lo:hi, None] > np.arange(lengths[lo])).sum(axis=0)
+        for k, count in enumerate(counts.tolist()):
+            acc[lo:lo + count].addcmul_(vectors.index_select(0, takes_t[k, lo:lo + count]),
+                                        weights_t[k, lo:lo + count].unsqueeze(1))
     return acc
 
 
@@ -100,9 +151,13 @@ class Rule:
         alone (docs/CONVENTIONS.md, example (b)) is combined through it, one receiver at a time."""
         plain = type(self).combine is Rule.combine or type(self).combine_all is not Rule.combine_all
         if self.linear and plain:
-            rows = {p: self.row(p, got, net) for p, got in inbox.items()}
             sample = next(iter(own.values()), None)
             stackable = sample is not None and (sample.is_cuda or sample.numel() <= STACK_MAX_CPU)
+            if stackable and type(self) is Rule and self.sizes is None and isinstance(inbox, SenderInbox):
+                by_sender = sender_sums(own, inbox, net)
+                if by_sender is not None:
+                    return {p: (by_sender[p], []) for p in inbox}
+            rows = {p: self.row(p, got, net) for p, got in inbox.items()}
             sums = stacked_sums(own, inbox, rows) if stackable else None
             if sums is None:
                 sums = {p: weighted_sum(own[p], got, rows[p]) for p, got in inbox.items()}

@@ -118,6 +118,18 @@ class RoundNetwork:
         return out
 
     @cached_property
+    def row_weights(self) -> np.ndarray:
+        """Every row of `row` as one array aligned with W.indices: W's data divided by its row's sum, the sum
+        taken term by term in the row's order as `row` takes it (so each weight is bitwise `row`'s)."""
+        indptr, data = self.W.indptr, self.W.data
+        lengths = np.diff(indptr)
+        totals = np.zeros(len(lengths))
+        for k in range(int(lengths.max(initial=0))):
+            rows = np.flatnonzero(lengths > k)
+            totals[rows] += data[indptr[rows] + k]
+        return data / np.repeat(totals, lengths)
+
+    @cached_property
     def _row_cache(self) -> dict[int, list[tuple[int, float]]]:
         """Rows already built (callers copy, never change them); shared by a static network's rounds."""
         return {}
@@ -190,6 +202,7 @@ class NetworkSchedule:
         self._support_pairs: tuple[np.ndarray, np.ndarray] | None = None
         self._incoming: dict[int, tuple[int, ...]] | None = None  # the static everyone-up round's links
         self._static_rows: dict[int, list[tuple[int, float]]] = {}  # and its rows of W
+        self._static_weights: np.ndarray | None = None  # and those rows as one array
 
     @classmethod
     def from_config(cls, cfg: RunConfig, graph: nx.Graph) -> NetworkSchedule:
@@ -308,6 +321,9 @@ class NetworkSchedule:
                 self._incoming = net.incoming
             net.__dict__["incoming"] = self._incoming
             net.__dict__["_row_cache"] = self._static_rows
+            if self._static_weights is None:
+                self._static_weights = net.row_weights
+            net.__dict__["row_weights"] = self._static_weights
         return net
 
     # ------------------------------------------------------------------ checks and description
