@@ -76,6 +76,9 @@ class RunConfig:
     eval_every: int = _opt(5, "evaluate every N rounds (0: only at the end)")
     progress: bool = _opt(True, "show a progress bar on rank 0")
     plots: bool = _opt(True, "draw plots into the run folder at the end")
+    log: str | None = _opt(None, "mirror the records, the configuration and the plots into trackers, comma-separated: "
+                                 "tensorboard (<run>/tensorboard), wandb (<run>/wandb, offline unless WANDB_MODE is "
+                                 "set); docs/logging.md")
     peer_records: int = _opt(1000, "records of more peers than N keep each per-peer field as statistics over the "
                                    "peers (mean, std, min, max, count) instead of one value a peer (0: never)")
     checkpoint_every: int = _opt(0, "save every peer's state every N rounds into <run>/checkpoint (0: never)")
@@ -522,6 +525,10 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.chunk_mb >= 1, "chunk_mb", f"must be >= 1, got {cfg.chunk_mb}")
     _check(cfg.peer_records >= 0, "peer_records", f"must be >= 0 (0: never summarise), got {cfg.peer_records}")
     _check(cfg.checkpoint_every >= 0, "checkpoint_every", f"must be >= 0, got {cfg.checkpoint_every}")
+    trackers = _owned("p2pfl.runtime.loggers", "LOGGERS")()
+    for name in log_names(cfg.log):
+        _check(name in trackers, "log", f"unknown tracker '{name}'; allowed: {', '.join(trackers)} (comma-separated), "
+                                        "or none")
     if cfg.resume is not None:
         _check(os.path.isfile(os.path.join(cfg.resume, "checkpoint", "state.json")), "resume",
                f"no checkpoint in {cfg.resume} (run with --checkpoint-every N first)")
@@ -550,6 +557,13 @@ def validate(cfg: RunConfig) -> None:
         _check(re.fullmatch(r"(raise|silent|nan|diverge)@\d+:\d+", cfg.fault) is not None, "fault",
                "expected 'raise@RANK:ROUND', 'silent@PEER:ROUND', 'nan@PEER:ROUND' or 'diverge@PEER:ROUND', "
                f"got {cfg.fault!r}")
+
+
+def log_names(value: str | None) -> list[str]:
+    """The trackers a --log value names, in order, each once (None or 'none': no tracker)."""
+    if value is None or value.strip().lower() == "none":
+        return []
+    return list(dict.fromkeys(part.strip() for part in value.split(",")))
 
 
 def _validate_methods(cfg: RunConfig, stretch: str) -> None:

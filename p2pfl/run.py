@@ -202,8 +202,9 @@ def _run(world: World, argv: Sequence[str] | None, started: float | None = None)
         if started is not None:
             runner.setup_s = world.allreduce_max(time.time() - started)  # the slowest rank's
         runner.run()
-    if world.is_root and cfg.plots:
+    if ctx.folder is not None and cfg.plots:
         _plots(ctx.run_dir)
+        ctx.folder.log_plots()
     if ctx.folder is not None:
         ctx.folder.close()
     return 0
