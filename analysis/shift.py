@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.frame import axis_column, study_runs
+from analysis.frames import axis_column, study_runs
 from analysis.study import DONE, SEED_AXIS, Interval, Study, load_study, mean_ci
 
 
