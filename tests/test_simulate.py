@@ -84,7 +84,8 @@ def test_bad_options_raise_the_line_the_command_line_prints(bad: dict, start: st
 
 def test_a_second_call_runs_as_the_first_and_leaves_the_process_as_it_was(tmp_path: Path) -> None:
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
-    dtype = torch.get_default_dtype()
+    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
+    torch.set_num_threads(threads + 1)  # a run sets its own (--threads 1); the caller's come back
     options = {**CONSENSUS, "out": str(tmp_path), "dtype": "float64"}
     first, second = p2pfl.simulate(**options), p2pfl.simulate(**options)
     assert first.path != second.path  # a fresh run folder each time
@@ -95,6 +96,8 @@ def test_a_second_call_runs_as_the_first_and_leaves_the_process_as_it_was(tmp_pa
         p2pfl.simulate(**{**options, "peers": 1})
     assert p2pfl.simulate(**options).summary["final"] == first.summary["final"]  # after a refused call, too
     assert {sig: signal.getsignal(sig) for sig in handlers} == handlers and torch.get_default_dtype() == dtype
+    assert torch.get_num_threads() == threads + 1
+    torch.set_num_threads(threads)
 
 
 def test_import_p2pfl_stays_light() -> None:
