@@ -10,7 +10,9 @@ The rule is the same for every record, so a key a method adds appears without a 
 - a summarised record (more peers than --peer-records) thus gives `loss_stats.mean`, `loss_stats.std`, ...,
   `loss_stats.count` where a full record gives `loss` per peer (its `loss_mean` is in both);
 - strings, booleans, None and lists (the digest, `final`, `active`, `rejected`: sets of peers, not values) are
-  left out; a non-finite number stays (NaN, inf: what the run recorded).
+  left out; a non-finite number stays (NaN, inf: what the run recorded);
+- one row is derived: a full round record's `active` list gives `active_count`, its length, the number a
+  summarised record holds itself (analysis.runs.active_count), so every finished round has it.
 
 Reads only the records' keys (p2pfl.records); pandas is imported here, not by `import analysis`.
 """
@@ -27,6 +29,8 @@ from p2pfl.records import STATS
 COLUMNS = ("round", "kind", "metric", "peer", "value")
 #: Keys that name a record rather than hold a value: the columns `round` and `kind`, and flags.
 _STRUCTURE = frozenset({"type", "round", "summarised", "final"})
+#: The number of peers that took part in a round (a summarised record's own key).
+ACTIVE_COUNT = "active_count"
 #: The eval record's containers whose keys are the metric names themselves.
 _UNPREFIXED = ("metrics", "per_peer")
 
@@ -63,6 +67,8 @@ def record_values(record: Mapping[str, Any]) -> Iterator[tuple[str, int | None, 
     for key, value in record.items():
         if key in _STRUCTURE:
             continue
+        if key == "active" and isinstance(value, list):
+            yield ACTIVE_COUNT, None, float(len(value))
         if record.get("type") == "eval" and key in _UNPREFIXED:
             yield from leaves("", value)
         elif record.get("type") == "eval" and key == "per_peer_stats":

@@ -47,7 +47,9 @@ def expected_round(record: dict) -> dict:
     for key, value in record.items():
         if key in ("type", "round", "summarised"):
             continue
-        if key == "network":
+        if key == "active":  # the one derived value: how many peers took part, as a summarised record says
+            out["active_count", None] = len(value)
+        elif key == "network":
             for name, inner in value.items():
                 if name == "degree":
                     out.update({("network.degree", int(p)): d for p, d in inner.items()})
@@ -118,6 +120,9 @@ def test_summarised_records_give_statistics_and_no_peer_rows(study: Path) -> Non
     assert len(stats) == 2 * 2 and (stats["value"] == PEERS).all()  # 2 seeds x rounds 1, 2
     per_peer = full[(full["metric"] == "bytes_sent_per_peer") & (full["round"] == 1)]
     assert sorted(per_peer["peer"]) == sorted(list(range(PEERS)) * 2)  # each peer once per seed
+    for records_of_a_kind in (summarised, full):  # how many took part: in every finished round, either way
+        active = records_of_a_kind[records_of_a_kind["metric"] == "active_count"]
+        assert sorted(active["round"]) == [1, 1, 2, 2] and (active["value"] == PEERS).all()
     # the summarised mean is the mean of what the full records hold per peer, for the same seed
     for seed in (0, 1):
         mean = summarised[(summarised["seed"] == seed) & (summarised["round"] == 1)
