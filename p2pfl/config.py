@@ -379,13 +379,16 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RunConfig, bool]:
         raise ConfigError(message)
 
     parser.error = fail  # type: ignore[method-assign]
-    ns = vars(parser.parse_args(argv))
-    values: dict[str, Any] = {}
-    if "config" in ns:
-        values.update(load_yaml(ns.pop("config")))
-    print_only = bool(ns.pop("print_config", False))
-    values.update(ns)
-    return make_config(**values), print_only
+    return from_options(vars(parser.parse_args(argv)))
+
+
+def from_options(given: dict[str, Any]) -> tuple[RunConfig, bool]:
+    """The validated RunConfig of options as the command line names them without dashes (`config`: a YAML file
+    the others override; `print_config`), and whether only to print it: what parse_args and p2pfl.simulate share."""
+    values = dict(given)
+    options_file = values.pop("config", None)
+    print_only = bool(values.pop("print_config", False))
+    return make_config(**{**(load_yaml(options_file) if options_file is not None else {}), **values}), print_only
 
 
 def make_config(**values: Any) -> RunConfig:
@@ -396,7 +399,7 @@ def make_config(**values: Any) -> RunConfig:
     for name, value in values.items():
         name = name.replace("-", "_")
         if name not in by_name:
-            raise ConfigError(f"unknown option '{name}'")
+            raise ConfigError(f"{_flag(name)}: unknown option (see python -m p2pfl.run --help)")
         if name == "fedbn" and str(value).lower() in ("true", "false"):  # the older boolean form
             value = "type" if str(value).lower() == "true" else "off"
         given[name] = _convert(by_name[name], value)
