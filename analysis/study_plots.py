@@ -42,7 +42,7 @@ Band = tuple[list[float], list[float], list[float], list[float]]  # x, mean, low
 
 def _series_key(study: Study, group: Group) -> str:
     """The group's labels on every axis but topology and seed: what one series (colour) stands for."""
-    return ", ".join(f"{a}={group.axes[a]}" for a in study.group_axes if a != TOPOLOGY_AXIS) or study.name
+    return ", ".join(f"{a}={group.axes[a]}" for a in study.group_axes if a != TOPOLOGY_AXIS) or "mean over seeds"
 
 
 def _topology(group: Group) -> str:
