@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
+from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
@@ -34,7 +35,7 @@ from .style import (
 )
 
 __all__ = ["plot_study", "plot_gap", "plot_measures", "plot_metric_rounds", "plot_metric_time", "plot_consensus",
-           "plot_bytes", "cumulative_bytes_per_peer", "held"]
+           "plot_bytes", "bytes_figure", "cumulative_bytes_per_peer", "held"]
 
 TOPOLOGY_AXIS = "topology"
 Band = tuple[list[float], list[float], list[float], list[float]]  # x, mean, low, high
@@ -287,10 +288,17 @@ def plot_consensus(study: Study, out_dir: Path) -> Path | None:
                         empty="no positive consensus distance\n(exact averaging, or not recorded)")
 
 
-@styled
 def plot_bytes(study: Study, metric: str, out_dir: Path) -> Path | None:
-    """bytes.png: the metric against the cumulative bytes sent per peer at each evaluation (mean over seeds of
-    both, the metric's 95% band), one line per group (colour), line style by the axes other than topology."""
+    """bytes.png: ``bytes_figure``; None when no group has the metric."""
+    fig = bytes_figure(study, metric)
+    return None if fig is None else save(fig, out_dir / "bytes.png")
+
+
+@styled
+def bytes_figure(study: Study, metric: str) -> Figure | None:
+    """The metric against the cumulative bytes sent per peer at each evaluation (mean over seeds of both, the
+    metric's 95% band), one line per group (colour, labelled with the group), line style by the axes other than
+    topology; the x data in bytes, ticked in a binary unit."""
     styles = ["-", "--", ":", "-."]
     series = list(dict.fromkeys(_series_key(study, g) for g in study.groups))
     fig = new_figure(7, 4.5)
@@ -320,7 +328,7 @@ def plot_bytes(study: Study, metric: str, out_dir: Path) -> Path | None:
     ax.set_title(f"{study.name}: {metric} against traffic (mean, 95% CI over seeds)")
     legend(ax, extra=[_ci_key()])
     fig.tight_layout()
-    return save(fig, out_dir / "bytes.png")
+    return fig
 
 
 def plot_study(study: Study, out_dir: Path, metric: str | None) -> dict[str, Path]:
