@@ -200,12 +200,16 @@ def frontier_markdown(study: Study, all_arms: Sequence[Arm], ref: Arm, how: str,
 
 def plot_frontier(study: Study, all_arms: Sequence[Arm], ref: Arm, metric: str, path: Path) -> Path:
     """x: total bytes (log), y: the metric with its 95% interval; the reference's interval shaded, dotted lines at
-    the reference's bytes / 10 and / 100."""
-    from matplotlib import colormaps
+    the reference's bytes / 10 and / 100; in analysis.style (matplotlib imported only when drawing)."""
+    from .style import styled
 
-    from .plots import _new_figure, _save
+    return styled(_plot_frontier)(study, all_arms, ref, metric, path)
 
-    fig = _new_figure(9, 5.5)
+
+def _plot_frontier(study: Study, all_arms: Sequence[Arm], ref: Arm, metric: str, path: Path) -> Path:
+    from .style import PALETTE, new_figure, save
+
+    fig = new_figure(9, 5.5)
     ax = fig.add_subplot(1, 1, 1)
     drawn = [a for a in all_arms if a.interval is not None and a.total_bytes]
     if ref.interval is not None:
@@ -218,9 +222,8 @@ def plot_frontier(study: Study, all_arms: Sequence[Arm], ref: Arm, metric: str, 
             ax.axvline(ref.total_bytes / k, color="0.3", ls=":", lw=1, zorder=0)
             ax.text(ref.total_bytes / k, 1.0, f" ref/{k}", transform=ax.get_xaxis_transform(), fontsize=7,
                     va="top", ha="left", color="0.3")
-    cmap = colormaps["tab10"]
     colour_keys = list(dict.fromkeys(next(iter(a.group.axes.values()), "") for a in drawn))
-    colours = [cmap(colour_keys.index(next(iter(a.group.axes.values()), "")) % 10) for a in drawn]
+    colours = [PALETTE[colour_keys.index(next(iter(a.group.axes.values()), "")) % len(PALETTE)] for a in drawn]
     for arm, colour in zip(drawn, colours):
         iv = arm.interval
         ax.errorbar([arm.total_bytes], [iv.mean], yerr=[iv.half_width or 0.0], fmt="s" if arm is ref else "o",
@@ -240,7 +243,7 @@ def plot_frontier(study: Study, all_arms: Sequence[Arm], ref: Arm, metric: str, 
         ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     _place_labels(fig, ax, drawn, colours, ref)  # after the layout: the labels are placed in display space
-    return _save(fig, path)
+    return save(fig, path)
 
 
 #: Label positions tried in turn (offset in points from the point, horizontal alignment): beside, then above and

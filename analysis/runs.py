@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import yaml
 
@@ -32,6 +32,9 @@ from p2pfl.records import (
     Summary,
     TopologyRecord,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Run", "RunFolderError", "load_run", "is_number", "cumulative_bytes_per_peer", "active_count", "ROUND"]
 
@@ -176,6 +179,15 @@ class Run:
         """The metrics of the last eval record."""
         record = self.final_eval()
         return dict(record["metrics"]) if record else {}
+
+    def frame(self) -> pd.DataFrame:
+        """The records as a tidy pandas DataFrame, one row per value: round, kind ("round" or "eval"), metric,
+        peer (None for a network-level value) and value, rounds in order, a round's eval after its round record
+        (the rule: analysis.tidy; many runs or a study: analysis.frame)."""
+        from .tidy import COLUMNS, record_rows, records_table
+
+        records = sorted([*self.rounds, *self.evals], key=lambda r: r["round"])
+        return records_table(record_rows(records), COLUMNS)
 
     def bytes_sent_per_peer_round(self) -> float | None:
         """Mean bytes one peer sends in one round: each round's ``bytes_sent`` (the total over its active

@@ -24,7 +24,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.study import SEED_AXIS, Interval, Point, Study, load_study, mean_ci
+import numpy as np
+import pandas as pd
+
+from analysis.frames import axis_column, study_runs
+from analysis.study import DONE, SEED_AXIS, Interval, Study, load_study, mean_ci
 
 
 @dataclass
@@ -37,53 +41,81 @@ class ShiftRow:
     pairs: dict[str, int]
 
 
-def _value(point: Point, metric: str) -> float | None:
-    return point.final_metrics().get(metric)
+@dataclass(frozen=True)
+class Paired:
+    """A study's finished runs along `axis`: its labels (plan order), the other non-seed axes, the rows (their
+    labels, plan order) and `values`, one line per finished run with a finite value of the metric: `row` (index
+    into rows), `label`, `pair` (its seed, as text; its run without a seed axis) and `value`, in plan order."""
+
+    labels: list[str]
+    others: list[str]
+    rows: list[tuple[str, ...]]
+    values: pd.DataFrame
+
+    def drops(self, reference: str) -> pd.DataFrame:
+        """row, label, pair, drop: the reference run minus the run of the same row and pair at each other label,
+        ordered by pair."""
+        ref = self.values[self.values["label"] == reference][["row", "pair", "value"]]
+        moved = self.values[self.values["label"] != reference]
+        merged = moved.merge(ref, on=["row", "pair"], suffixes=("", "_ref"))
+        merged = merged.assign(drop=merged["value_ref"] - merged["value"])
+        return merged.sort_values("pair", kind="stable")[["row", "label", "pair", "drop"]]
 
 
-Cells = dict[tuple[str, ...], dict[str, dict[str, float]]]
-
-
-def _cells(study: Study, metric: str, axis: str, reference: str) -> tuple[list[str], list[str], Cells]:
-    """(labels of `axis`, the other non-seed axes, {row key: {label: {seed: value}}}) of the finished runs."""
+def paired(study: Study, metric: str, axis: str, reference: str) -> Paired:
+    """The finished runs' `metric` along `axis` (analysis.frame's runs of the study); ValueError for an axis or
+    reference label the study does not have."""
     if axis not in study.axes:
         raise ValueError(f"the study has no axis {axis!r} (axes: {', '.join(study.axes)})")
-    labels = list(dict.fromkeys(p.axes.get(axis, "") for p in study.points))
+    runs = study_runs(study)
+
+    def labels_on(name: str) -> pd.Series:
+        column = axis_column(name)
+        return runs[column].fillna("").astype(str) if column in runs else pd.Series("", index=runs.index)
+
+    label = labels_on(axis)
+    labels = list(dict.fromkeys(label))
     if reference not in labels:
         raise ValueError(f"axis {axis!r} has no label {reference!r} (labels: {', '.join(labels)})")
     others = [a for a in study.axes if a not in (axis, SEED_AXIS)]
-    cells: Cells = {}
-    for point in study.points:
-        key = tuple(point.axes.get(a, "") for a in others)
-        by_label = cells.setdefault(key, {})
-        value = _value(point, metric)
-        if value is not None:
-            by_label.setdefault(point.axes.get(axis, ""), {})[point.axes.get(SEED_AXIS, point.name)] = value
-    return labels, others, cells
+    keys = list(zip(*(labels_on(a) for a in others))) if others else [()] * len(runs)
+    rows = list(dict.fromkeys(keys))
+    value = pd.to_numeric(runs[metric], errors="coerce") if metric in runs else pd.Series(np.nan, index=runs.index)
+    pair = runs["seed"].astype(str).where(runs["seed"].notna(), runs["run"]) if SEED_AXIS in study.axes \
+        else runs["run"]
+    values = pd.DataFrame({"row": [rows.index(k) for k in keys], "label": label, "pair": pair, "value": value})
+    finished = (runs["state"] == DONE) & np.isfinite(value.astype(float))
+    return Paired(labels, others, rows, values[finished.to_numpy()])
+
+
+def _lists(table: pd.DataFrame, column: str) -> dict[tuple[int, str], list[float]]:
+    """(row, label) -> the column's values, in the table's order."""
+    return {key: list(group) for key, group in table.groupby(["row", "label"], sort=False)[column]}
 
 
 def contrast(study: Study, metric: str, axis: str, reference: str, a: str, b: str
              ) -> dict[str, tuple[Interval | None, int]]:
     """Per non-reference label: (B's drop minus A's drop, paired by seed; the number of seeds paired)."""
-    labels, _, cells = _cells(study, metric, axis, reference)
-    rows = {"/".join(key): by_label for key, by_label in cells.items()}
+    data = paired(study, metric, axis, reference)
+    names = ["/".join(key) for key in data.rows]
     for name in (a, b):
-        if name not in rows:
-            raise ValueError(f"--contrast: no row {name!r} (rows: {', '.join(rows)})")
+        if name not in names:
+            raise ValueError(f"--contrast: no row {name!r} (rows: {', '.join(names)})")
+    drops = data.drops(reference)
+    side = {name: drops[drops["row"] == names.index(name)] for name in (a, b)}
+    both = side[b].merge(side[a], on=["label", "pair"], suffixes=("_b", "_a")).sort_values("pair", kind="stable")
     out = {}
-    for label in labels:
+    for label in data.labels:
         if label == reference:
             continue
-        sides = [rows[name].get(lab, {}) for name in (a, b) for lab in (reference, label)]
-        seeds = sorted(set.intersection(*(set(side) for side in sides)))
-        a_ref, a_lab, b_ref, b_lab = sides
-        out[label] = (mean_ci([(b_ref[s] - b_lab[s]) - (a_ref[s] - a_lab[s]) for s in seeds]), len(seeds))
+        at = both[both["label"] == label]
+        out[label] = (mean_ci(list(at["drop_b"] - at["drop_a"])), len(at))
     return out
 
 
 def contrast_table(study: Study, metric: str, axis: str, reference: str, pairs: list[tuple[str, str]]) -> str:
     """Markdown of `contrast` for each (A, B)."""
-    labels = [label for label in _cells(study, metric, axis, reference)[0] if label != reference]
+    labels = [label for label in paired(study, metric, axis, reference).labels if label != reference]
     lines = ["| B's drop − A's drop | " + " | ".join(f"to {label}" for label in labels) + " |",
              "|" + "---|" * (len(labels) + 1)]
     for a, b in pairs:
@@ -96,20 +128,16 @@ def contrast_table(study: Study, metric: str, axis: str, reference: str, pairs: 
 
 def shifts(study: Study, metric: str, axis: str, reference: str) -> tuple[list[str], list[ShiftRow]]:
     """(labels of `axis` in plan order, one row per combination of the other non-seed axes)."""
-    labels, others, cells = _cells(study, metric, axis, reference)
+    data = paired(study, metric, axis, reference)
+    levels, drops = _lists(data.values, "value"), _lists(data.drops(reference), "drop")
+    moved = [label for label in data.labels if label != reference]
     rows = []
-    for key, by_label in cells.items():
-        ref = by_label.get(reference, {})
-        levels = {label: mean_ci(list(by_label.get(label, {}).values())) for label in labels}
-        drops, pairs = {}, {}
-        for label in labels:
-            if label == reference:
-                continue
-            seeds = sorted(set(ref) & set(by_label.get(label, {})))
-            drops[label] = mean_ci([ref[s] - by_label[label][s] for s in seeds])
-            pairs[label] = len(seeds)
-        rows.append(ShiftRow(dict(zip(others, key)), levels, drops, pairs))
-    return labels, rows
+    for r, key in enumerate(data.rows):
+        rows.append(ShiftRow(dict(zip(data.others, key)),
+                             {label: mean_ci(levels.get((r, label), [])) for label in data.labels},
+                             {label: mean_ci(drops.get((r, label), [])) for label in moved},
+                             {label: len(drops.get((r, label), [])) for label in moved}))
+    return data.labels, rows
 
 
 def _fmt(iv: Interval | None, digits: int = 3) -> str:

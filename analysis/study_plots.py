@@ -11,17 +11,31 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
-from matplotlib import colormaps
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from p2pfl.records import SIM_TIME
+from p2pfl.records import AVG, SIM_TIME, UNTRAINED
 
-from .plots import X_LABELS, _grid, _new_figure, _save
-from .runs import ROUND, Run, cumulative_bytes_per_peer
+from .metric_panels import BYTES, X_LABELS
+from .runs import ROUND, Run, cumulative_bytes_per_peer, is_number
 from .study import MEASURES, Group, Study, mean_ci
+from .style import (
+    BAND_ALPHA,
+    PALETTE,
+    bytes_axis,
+    draw_band,
+    draw_reference,
+    grid,
+    legend,
+    new_figure,
+    save,
+    spans,
+    styled,
+)
 
 __all__ = ["plot_study", "plot_gap", "plot_measures", "plot_metric_rounds", "plot_metric_time", "plot_consensus",
-           "plot_bytes", "cumulative_bytes_per_peer", "held"]
+           "plot_bytes", "bytes_figure", "cumulative_bytes_per_peer", "held"]
 
 TOPOLOGY_AXIS = "topology"
 Band = tuple[list[float], list[float], list[float], list[float]]  # x, mean, low, high
@@ -29,7 +43,7 @@ Band = tuple[list[float], list[float], list[float], list[float]]  # x, mean, low
 
 def _series_key(study: Study, group: Group) -> str:
     """The group's labels on every axis but topology and seed: what one series (colour) stands for."""
-    return ", ".join(f"{a}={group.axes[a]}" for a in study.group_axes if a != TOPOLOGY_AXIS) or study.name
+    return ", ".join(f"{a}={group.axes[a]}" for a in study.group_axes if a != TOPOLOGY_AXIS) or "mean over seeds"
 
 
 def _topology(group: Group) -> str:
@@ -39,14 +53,18 @@ def _topology(group: Group) -> str:
     return run.topology_name if run is not None else group.label
 
 
-def _colours(study: Study) -> dict[str, tuple]:
+def _colours(study: Study) -> dict[str, str]:
+    """One colour (analysis.style's palette) per series, in order of first appearance."""
     keys = list(dict.fromkeys(_series_key(study, g) for g in study.groups))
-    cmap = colormaps["tab10"]
-    return {k: cmap(i % 10) for i, k in enumerate(keys)}
+    return {k: PALETTE[i % len(PALETTE)] for i, k in enumerate(keys)}
 
 
 def _runs(group: Group) -> list[Run]:
     return [p.run for p in group.done if p.run is not None]
+
+
+def _all_runs(study: Study) -> list[Run]:
+    return [run for group in study.groups for run in _runs(group)]
 
 
 def _band(curves: Iterable[dict[float, float]]) -> Band:
@@ -62,14 +80,33 @@ def _band(curves: Iterable[dict[float, float]]) -> Band:
             [iv.high if iv.high is not None else iv.mean for iv in ivs])
 
 
-def _draw_band(ax, band: Band, colour, label: str, style: str = "-", fill: bool = True) -> None:
+#: The legend entry that names the shaded bands of a study figure (analysis.style: a spread is a band).
+CI_KEY = "shaded: 95% CI over seeds"
+
+
+def _ci_key() -> tuple[Patch, str]:
+    return Patch(facecolor="0.5", alpha=BAND_ALPHA, linewidth=0), CI_KEY
+
+
+def _draw_band(ax, band: Band, line_colour: str, label: str, style: str = "-", fill: bool = True) -> None:
+    """A group's mean over seeds as a line, its 95% interval as a band (an error bar at a lone x)."""
     xs, mean, low, high = band
-    ax.plot(xs, mean, style, color=colour, marker="o" if len(xs) <= 30 else None, markersize=3, label=label)
+    ax.plot(xs, mean, style, color=line_colour, marker="o" if len(xs) <= 30 else None, zorder=3, label=label)
     if fill and len(xs) >= 2:
-        ax.fill_between(xs, low, high, color=colour, alpha=0.2, linewidth=0)
+        draw_band(ax, xs, low, high, line_colour, None)
     elif fill:
-        ax.errorbar(xs, mean, yerr=[np.subtract(mean, low), np.subtract(high, mean)], fmt="none", ecolor=colour,
+        ax.errorbar(xs, mean, yerr=[np.subtract(mean, low), np.subtract(high, mean)], fmt="none", ecolor=line_colour,
                     capsize=4)
+
+
+def _untrained(runs: Iterable[Run], metric: str) -> float | None:
+    """The untrained model's value of an ``<name>_avg`` metric, ``<name>_untrained`` of the runs' final
+    evaluations, averaged over the runs that record it (None where none does, or the metric is not an _avg)."""
+    if not metric.endswith(AVG):
+        return None
+    key = metric.removesuffix(AVG) + UNTRAINED
+    values = [float(run.final_metrics()[key]) for run in runs if is_number(run.final_metrics().get(key))]
+    return sum(values) / len(values) if values else None
 
 
 def _panels(study: Study) -> dict[str, list[Group]]:
@@ -96,52 +133,67 @@ def _against(ax, study: Study, metric: str, measure: str) -> bool:
         xs, ys, err, names = zip(*marks)
         ax.errorbar(xs, ys, yerr=err, fmt="-o", color=colours[key], capsize=4, markersize=5, label=key)
         for x, y, name in zip(xs, ys, names):
-            ax.annotate(name, (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")
+            ax.annotate(name, (x, y), fontsize=7.5, xytext=(4, 4), textcoords="offset points")
     ax.set_xlabel(MEASURES[measure])
     ax.set_ylabel(f"final {metric}")
-    ax.grid(True, alpha=0.3)
-    if series:
-        ax.legend(fontsize=7)
+    ax.margins(x=0.1, y=0.08)  # room for the topology labels beside the outermost marks
+    legend(ax)
     return bool(series)
 
 
+@styled
 def plot_gap(study: Study, metric: str, out_dir: Path) -> Path | None:
     """spectral_gap.png: the final metric of each group against its topology's spectral gap 1 − |λ2(W)|, error
     bars the 95% interval over seeds; one series per combination of the other axes."""
-    fig = _new_figure(6.5, 4.5)
+    fig = new_figure(6.5, 4.5)
     ax = fig.add_subplot(1, 1, 1)
     if not _against(ax, study, metric, "spectral_gap"):
         return None
-    ax.set_title(f"{study.name}: final {metric} (95% CI over seeds)", fontsize=9)
+    ax.set_title(f"{study.name}: final {metric} (95% CI over seeds)")
     fig.tight_layout()
-    return _save(fig, out_dir / "spectral_gap.png")
+    return save(fig, out_dir / "spectral_gap.png")
 
 
+@styled
 def plot_measures(study: Study, metric: str, out_dir: Path) -> Path | None:
     """measures.png: the final metric against the spectral gap, p and n_eff side by side (SPEC §10), mean and 95%
     interval over seeds per group; a panel whose measure no run has (n_eff of one-way graphs) says so."""
-    fig = _new_figure(15, 4.5)
+    fig = new_figure(15, 4.5)
     drawn = False
     for i, measure in enumerate(MEASURES):
         ax = fig.add_subplot(1, len(MEASURES), i + 1)
         here = _against(ax, study, metric, measure)
         if not here:
-            ax.text(0.5, 0.5, f"no {measure}", ha="center", va="center", transform=ax.transAxes, fontsize=8)
+            ax.text(0.5, 0.5, f"no {measure}", ha="center", va="center", transform=ax.transAxes)
         drawn |= here
     if not drawn:
         return None
-    fig.suptitle(f"{study.name}: final {metric} against the topology measures (95% CI over seeds)", fontsize=9)
+    fig.suptitle(f"{study.name}: final {metric} against the topology measures (95% CI over seeds)")
     fig.tight_layout()
-    return _save(fig, out_dir / "measures.png")
+    return save(fig, out_dir / "measures.png")
 
 
+def _share_x_from_zero(axes) -> None:
+    """One x-range for every panel, from 0 (or the first x, if earlier) to the last x of any, padded: panels of
+    different topologies compare at a glance, and a lone point is not a degenerate range around itself."""
+    spans = [ax.dataLim.intervalx for ax in axes if ax.has_data()]
+    if not spans:
+        return
+    low, high = min(0.0, *(s[0] for s in spans)), max(s[1] for s in spans)
+    pad = 0.04 * (high - low) if high > low else 0.5
+    for ax in axes:
+        ax.set_xlim(low - pad, high + pad)
+
+
+@styled
 def _multi_panel(study: Study, out: Path, title: str, ylabel: str, draw, log: bool = False,
-                 empty: str = "no data", x: str = ROUND) -> Path | None:
+                 empty: str = "no data", x: str = ROUND, reference: float | None = None) -> Path | None:
     """One panel per topology, against ``x`` (round or sim_time_s); ``draw(ax, group, colour, label)`` draws a
-    group and says whether it had data; a panel without any says ``empty``."""
+    group and says whether it had data; a panel without any says ``empty``; ``reference`` (the untrained model's
+    value) a dashed line in every panel."""
     panels, colours = _panels(study), _colours(study)
-    rows, cols = _grid(len(panels)) if panels else (1, 1)
-    fig = _new_figure(4.6 * cols, 3.5 * rows)
+    rows, cols = grid(len(panels)) if panels else (1, 1)
+    fig = new_figure(4.6 * cols, 3.6 * rows)
     drawn = False
     for i, (topology, groups) in enumerate(panels.items()):
         ax = fig.add_subplot(rows, cols, i + 1)
@@ -151,22 +203,24 @@ def _multi_panel(study: Study, out: Path, title: str, ylabel: str, draw, log: bo
             here |= bool(draw(ax, group, colours[key], key))
         drawn |= here
         if not here:
-            ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes, fontsize=8)
-        elif log:
+            ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes)
+        elif log and spans(ax, 10):  # a log axis over less than a decade has no labelled tick
             ax.set_yscale("log")
+        if here and reference is not None:
+            draw_reference(ax, reference, "untrained model")
         if x == ROUND:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(topology)
         ax.set_xlabel(X_LABELS[x])
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6)
+        legend(ax, extra=[_ci_key()])
     if not drawn:
         return None
-    fig.suptitle(title, fontsize=9)
+    _share_x_from_zero(fig.axes)
+    fig.suptitle(title)
     fig.tight_layout()
-    return _save(fig, out)
+    return save(fig, out)
 
 
 def plot_metric_rounds(study: Study, metric: str, out_dir: Path) -> Path | None:
@@ -180,7 +234,7 @@ def plot_metric_rounds(study: Study, metric: str, out_dir: Path) -> Path | None:
         return True
 
     return _multi_panel(study, out_dir / "metric_rounds.png", f"{study.name}: {metric} (mean, 95% CI over seeds)",
-                        metric, draw)
+                        metric, draw, reference=_untrained(_all_runs(study), metric))
 
 
 def held(curve: dict[float, float], xs: Iterable[float]) -> dict[float, float]:
@@ -209,7 +263,7 @@ def plot_metric_time(study: Study, metric: str, out_dir: Path) -> Path | None:
 
     return _multi_panel(study, out_dir / "metric_time.png",
                         f"{study.name}: {metric} against simulated time (mean, 95% CI over seeds)", metric, draw,
-                        empty="no simulated time", x=SIM_TIME)
+                        empty="no simulated time", x=SIM_TIME, reference=_untrained(_all_runs(study), metric))
 
 
 def plot_consensus(study: Study, out_dir: Path) -> Path | None:
@@ -235,12 +289,19 @@ def plot_consensus(study: Study, out_dir: Path) -> Path | None:
 
 
 def plot_bytes(study: Study, metric: str, out_dir: Path) -> Path | None:
-    """bytes.png: the metric against the cumulative bytes sent per peer at each evaluation (mean over seeds of
-    both, the metric's 95% band), one line per group (colour), line style by the axes other than topology."""
-    cmap = colormaps["tab10"]
+    """bytes.png: ``bytes_figure``; None when no group has the metric."""
+    fig = bytes_figure(study, metric)
+    return None if fig is None else save(fig, out_dir / "bytes.png")
+
+
+@styled
+def bytes_figure(study: Study, metric: str) -> Figure | None:
+    """The metric against the cumulative bytes sent per peer at each evaluation (mean over seeds of both, the
+    metric's 95% band), one line per group (colour, labelled with the group), line style by the axes other than
+    topology; the x data in bytes, ticked in a binary unit."""
     styles = ["-", "--", ":", "-."]
     series = list(dict.fromkeys(_series_key(study, g) for g in study.groups))
-    fig = _new_figure(7, 4.5)
+    fig = new_figure(7, 4.5)
     ax = fig.add_subplot(1, 1, 1)
     drawn = False
     for i, group in enumerate(study.groups):
@@ -248,24 +309,26 @@ def plot_bytes(study: Study, metric: str, out_dir: Path) -> Path | None:
         for run in _runs(group):
             cumulative = cumulative_bytes_per_peer(run)
             evals = {x: y for x, y in zip(*run.series(metric, source="evals")) if x in cumulative}
-            sent.append({x: cumulative[x] / 2**20 for x in evals})
+            sent.append({x: cumulative[x] for x in evals})
             values.append(evals)
         if not any(values):
             continue
         rounds, mean, low, high = _band(v for v in values if v)
         x_mean = _band(s for s in sent if s)[1]
         style = styles[series.index(_series_key(study, group)) % len(styles)]
-        _draw_band(ax, (x_mean, mean, low, high), cmap(i % 10), group.label, style)
+        _draw_band(ax, (x_mean, mean, low, high), PALETTE[i % len(PALETTE)], group.label, style)
         drawn = True
     if not drawn:
         return None
-    ax.set_xlabel("cumulative MiB sent per peer")
+    reference = _untrained(_all_runs(study), metric)
+    if reference is not None:
+        draw_reference(ax, reference, "untrained model")
+    ax.set_xlabel(f"{X_LABELS[BYTES]} ({bytes_axis(ax, ax.get_xlim()[1])})")
     ax.set_ylabel(metric)
-    ax.set_title(f"{study.name}: {metric} against traffic (mean, 95% CI over seeds)", fontsize=9)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=6)
+    ax.set_title(f"{study.name}: {metric} against traffic (mean, 95% CI over seeds)")
+    legend(ax, extra=[_ci_key()])
     fig.tight_layout()
-    return _save(fig, out_dir / "bytes.png")
+    return fig
 
 
 def plot_study(study: Study, out_dir: Path, metric: str | None) -> dict[str, Path]:

@@ -76,6 +76,9 @@ class RunConfig:
     eval_every: int = _opt(5, "evaluate every N rounds (0: only at the end)")
     progress: bool = _opt(True, "show a progress bar on rank 0")
     plots: bool = _opt(True, "draw plots into the run folder at the end")
+    log: str | None = _opt(None, "mirror the records, the configuration and the plots into trackers, comma-separated: "
+                                 "tensorboard (<run>/tensorboard), wandb (<run>/wandb, offline unless WANDB_MODE is "
+                                 "set); docs/logging.md")
     peer_records: int = _opt(1000, "records of more peers than N keep each per-peer field as statistics over the "
                                    "peers (mean, std, min, max, count) instead of one value a peer (0: never)")
     checkpoint_every: int = _opt(0, "save every peer's state every N rounds into <run>/checkpoint (0: never)")
@@ -376,13 +379,16 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RunConfig, bool]:
         raise ConfigError(message)
 
     parser.error = fail  # type: ignore[method-assign]
-    ns = vars(parser.parse_args(argv))
-    values: dict[str, Any] = {}
-    if "config" in ns:
-        values.update(load_yaml(ns.pop("config")))
-    print_only = bool(ns.pop("print_config", False))
-    values.update(ns)
-    return make_config(**values), print_only
+    return from_options(vars(parser.parse_args(argv)))
+
+
+def from_options(given: dict[str, Any]) -> tuple[RunConfig, bool]:
+    """The validated RunConfig of options as the command line names them without dashes (`config`: a YAML file
+    the others override; `print_config`), and whether only to print it: what parse_args and p2pfl.simulate share."""
+    values = dict(given)
+    options_file = values.pop("config", None)
+    print_only = bool(values.pop("print_config", False))
+    return make_config(**{**(load_yaml(options_file) if options_file is not None else {}), **values}), print_only
 
 
 def make_config(**values: Any) -> RunConfig:
@@ -393,7 +399,7 @@ def make_config(**values: Any) -> RunConfig:
     for name, value in values.items():
         name = name.replace("-", "_")
         if name not in by_name:
-            raise ConfigError(f"unknown option '{name}'")
+            raise ConfigError(f"{_flag(name)}: unknown option (see python -m p2pfl.run --help)")
         if name == "fedbn" and str(value).lower() in ("true", "false"):  # the older boolean form
             value = "type" if str(value).lower() == "true" else "off"
         given[name] = _convert(by_name[name], value)
@@ -522,6 +528,10 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.chunk_mb >= 1, "chunk_mb", f"must be >= 1, got {cfg.chunk_mb}")
     _check(cfg.peer_records >= 0, "peer_records", f"must be >= 0 (0: never summarise), got {cfg.peer_records}")
     _check(cfg.checkpoint_every >= 0, "checkpoint_every", f"must be >= 0, got {cfg.checkpoint_every}")
+    trackers = _owned("p2pfl.runtime.loggers", "LOGGERS")()
+    for name in log_names(cfg.log):
+        _check(name in trackers, "log", f"unknown tracker '{name}'; allowed: {', '.join(trackers)} (comma-separated), "
+                                        "or none")
     if cfg.resume is not None:
         _check(os.path.isfile(os.path.join(cfg.resume, "checkpoint", "state.json")), "resume",
                f"no checkpoint in {cfg.resume} (run with --checkpoint-every N first)")
@@ -550,6 +560,13 @@ def validate(cfg: RunConfig) -> None:
         _check(re.fullmatch(r"(raise|silent|nan|diverge)@\d+:\d+", cfg.fault) is not None, "fault",
                "expected 'raise@RANK:ROUND', 'silent@PEER:ROUND', 'nan@PEER:ROUND' or 'diverge@PEER:ROUND', "
                f"got {cfg.fault!r}")
+
+
+def log_names(value: str | None) -> list[str]:
+    """The trackers a --log value names, in order, each once (None or 'none': no tracker)."""
+    if value is None or value.strip().lower() == "none":
+        return []
+    return list(dict.fromkeys(part.strip() for part in value.split(",")))
 
 
 def _validate_methods(cfg: RunConfig, stretch: str) -> None:

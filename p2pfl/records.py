@@ -21,6 +21,14 @@ MEAN = "_mean"
 PEER_MEAN, PEER_MIN, PEER_MAX = "_peer_mean", "_peer_min", "_peer_max"
 #: ... and metrics of the network-average model in this.
 AVG = "_avg"
+#: An eval metric's value for the untrained model (the common initialisation): `<name>_untrained` is the
+#: reference `<name>_avg` and the peers' `<name>` must beat.
+UNTRAINED = "_untrained"
+#: Eval metrics that count or index rather than measure (how many peers were scored, which cluster model was
+#: best): kept in the records and tables, never drawn as a metric. Any name ending in COUNT is one too.
+PEERS_SCORED, BEST_CLUSTER = "peers_scored", "best_cluster"
+BOOKKEEPING = frozenset({PEERS_SCORED, BEST_CLUSTER})
+COUNT = "_count"
 #: The per-peer metric of local training every Learner reports in the round records.
 LOSS = "loss"
 #: Summarised records (more peers than --peer-records): a per-peer field `<name>` ({peer: value}) gives way to

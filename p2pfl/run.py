@@ -183,30 +183,47 @@ def build_algorithm(ctx: RunContext) -> Algorithm:
 
 
 def _run(world: World, argv: Sequence[str] | None, started: float | None = None) -> int:
-    def parse() -> tuple[ResolvedRun, bool]:
-        cfg, print_only = parse_args(argv)
-        return resolve(cfg, world.size), print_only
-
-    run, print_only = agree(world, parse)
+    run, print_only = agree(world, lambda: resolved(world, parse_args(argv)))
     if print_only:
         if world.is_root:
             print(to_yaml(run.cfg), end="")
         return 0
+    execute(world, run, started)
+    return 0
+
+
+def resolved(world: World, parsed: tuple[RunConfig, bool]) -> tuple[ResolvedRun, bool]:
+    """A parsed configuration (and its print-only flag) resolved for the world's size."""
+    cfg, print_only = parsed
+    return resolve(cfg, world.size), print_only
+
+
+def execute(world: World, run: ResolvedRun, started: float | None = None) -> Path:
+    """Set up and run a resolved run on every rank (collective), draw its plots, close its folder; returns the run
+    folder. The one path of `python -m p2pfl.run` and p2pfl.simulate."""
     with precision(run.cfg.dtype):
         ctx = build_context(world, run)
         cfg = run.cfg
-        algorithm = build_algorithm(ctx)
-        runner = (AsyncRunner if cfg.mode == "async" else Runner)(ctx, algorithm)
-        if cfg.resume is not None:
-            agree(world, runner.restore)
-        if started is not None:
-            runner.setup_s = world.allreduce_max(time.time() - started)  # the slowest rank's
-        runner.run()
-    if world.is_root and cfg.plots:
-        _plots(ctx.run_dir)
+        try:
+            algorithm = build_algorithm(ctx)
+            runner = (AsyncRunner if cfg.mode == "async" else Runner)(ctx, algorithm)
+            if cfg.resume is not None:
+                agree(world, runner.restore)
+            if started is not None:
+                runner.setup_s = world.allreduce_max(time.time() - started)  # the slowest rank's
+            runner.run()
+        except BaseException:
+            if ctx.folder is not None:
+                ctx.folder.close()
+            raise
     if ctx.folder is not None:
-        ctx.folder.close()
-    return 0
+        try:
+            if cfg.plots:
+                _plots(ctx.run_dir)
+                ctx.folder.log_plots()  # the trackers get the plots: the folder closes after them
+        finally:
+            ctx.folder.close()
+    return ctx.run_dir
 
 
 def _plots(run_dir: Path) -> None:

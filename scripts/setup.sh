@@ -7,7 +7,7 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-if ! .venv/bin/python -c "import p2pfl, torch, mpi4py, torchvision, transformers, peft, hypothesis, scipy" 2>/dev/null \
+if ! .venv/bin/python -c "import p2pfl, torch, mpi4py, torchvision, transformers, peft, hypothesis, scipy, pandas" 2>/dev/null \
    || [ pyproject.toml -nt .venv/.p2pfl-installed ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q "torch==2.14.1" "torchvision==0.29.1"

@@ -30,7 +30,7 @@ ATOL = 1e-12
 BASE: dict[str, Any] = {
     "topology": "cycle", "peers": 4, "rounds": 3, "seed": 3, "mixing": "metropolis", "p": 0.7,
     "graph_file": None, "participation": 1.0, "timeout": 60.0, "threads": 1, "device": "cpu",
-    "cuda_aware_mpi": False, "chunk_mb": 1024, "eval_every": 2, "progress": False, "plots": False,
+    "cuda_aware_mpi": False, "chunk_mb": 1024, "eval_every": 2, "progress": False, "plots": False, "log": None,
     "checkpoint_every": 0, "resume": None, "fault": None, "on_nonfinite": "rollback",
     "resample": False, "link_failure": 0.0, "crash": None,
     "churn": 0.0, "stragglers": 0.0, "straggler_work": 0.5, "rejoin": "mix", "vector_size": 1000,

@@ -4,6 +4,7 @@ Run folders are written in tmp_path by the run's own writer (RunFolder) with rec
 """
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -16,8 +17,9 @@ from matplotlib.collections import PolyCollection
 
 import topologies
 from analysis import Run, RunFolderError, delta_percent, load_run, lower_is_better, plot_run
+from analysis.metric_panels import BYTES, LOSS_PANEL, is_bookkeeping
+from analysis.metric_plots import figure_axes
 from analysis.plots import (
-    LOSS_PANEL_TITLE,
     consensus_shares,
     metric_panels,
     metrics_figure,
@@ -35,6 +37,8 @@ from p2pfl.records import (
     eval_record,
     round_record,
     round_start,
+    summarise_eval,
+    summarise_round,
     summary_record,
 )
 from p2pfl.runtime.runfolder import RunFolder
@@ -53,15 +57,19 @@ def spec_entries(models: list[str], tasks: list[str]) -> list[PeerSpecEntry]:
 
 def make_run(root: Path, name: str, *, algorithm: str = "dec-ssl", topology: str = "star",
              mixing: str = "metropolis", k: int = 4, rounds: int = 5, acc: list[float] | None = None,
-             per_peer: dict | None = None, peers_spec: list | None = None, bytes_per_peer: int = 1024,
+             per_peer: dict | None = None, peers_spec: list | None = None,
+             bytes_per_peer: int | Callable[[int, int], int] = 1024,
              summary: bool = True, partition: bool = True, manifest: bool = True, loss: bool = True,
              consensus: bool = True, evals: bool = True, eval_metrics: Callable[[int], dict] | None = None,
-             eval_rounds: Collection[int] | None = None) -> Path:
+             eval_rounds: Collection[int] | None = None, per_peer_at: Callable[[int], dict] | None = None,
+             peer_records: int = 0) -> Path:
     """A run folder written by RunFolder: config.yaml, manifest.json, metrics.jsonl (and summary.json).
 
     ``eval_metrics(t)`` gives the eval record's network metrics at round t (default accuracy and linear_probe);
     ``eval_rounds`` the rounds that have an eval record (default every round). Only the last evaluation has
-    per-peer metrics, as with the learners: ``per_peer`` (default a test_acc per peer).
+    per-peer metrics, as with the learners: ``per_peer`` (default a test_acc per peer), unless ``per_peer_at(t)``
+    gives every evaluation's. ``bytes_per_peer(t, i)``: what peer i sends in round t. ``peer_records``: the
+    records are written as under --peer-records (summarised above that many peers).
     """
     cfg = make_config(algorithm=algorithm, topology=topology, mixing=mixing, peers=k, rounds=rounds,
                       partition="dirichlet", alpha=0.5, seed=0, out=str(root), name=name)
@@ -85,25 +93,30 @@ def make_run(root: Path, name: str, *, algorithm: str = "dec-ssl", topology: str
     def distance(t: int) -> float | None:
         return 0.5 * (1.0 - 1.0 / k) ** (2 * t) if consensus else None
 
+    def sends(t: int, i: int) -> int:
+        return bytes_per_peer(t, i) if callable(bytes_per_peer) else bytes_per_peer
+
     folder.log(round_start(distance(0)))
     last = None
     for t in range(1, rounds + 1):
-        folder.log(round_record(
+        folder.log(summarise_round(round_record(
             t, 2.0 * t, range(k), {i: {"loss": 1.0 / t + 0.01 * i} for i in range(k)} if loss else {}, distance(t),
-            {i: bytes_per_peer for i in range(k)}, {i: bytes_per_peer for i in range(k)}, time_compute_s=1.0,
+            {i: sends(t, i) for i in range(k)}, {i: sends(t, i) for i in range(k)}, time_compute_s=1.0,
             time_comm_s=0.5, time_wait_s=0.1, time_local_s=0.9, round_s=2.0, time_schedule_s=0.001,
             network={"links": 2 * k, "digest": "00000000", "crashed": [], "rejoining": [], "straggling": [],
-                     "degree": {str(i): 2 for i in range(k)}, "sigma2": 1.0 - 1.0 / k}))
+                     "degree": {str(i): 2 for i in range(k)}, "sigma2": 1.0 - 1.0 / k}), k, peer_records))
         if evals and (eval_rounds is None or t in eval_rounds):
             final = t == rounds
-            pp = {} if not final else per_peer if per_peer is not None else {
-                str(i): {"test_acc": acc[t - 1] + 0.01 * i} for i in range(k)}
+            pp = per_peer_at(t) if per_peer_at is not None else {} if not final else per_peer if per_peer is not None \
+                else {str(i): {"test_acc": acc[t - 1] + 0.01 * i} for i in range(k)}
             last = eval_record(t, final, eval_metrics(t) if eval_metrics is not None else
                                {"accuracy": acc[t - 1], "linear_probe": acc[t - 1] / 2}, pp)
-            folder.log(last)
+            folder.log(summarise_eval(last, peer_records))
     if summary:
-        counters = {"wire_sent": {}, "wire_recv": {}, "peer_sent": {i: rounds * bytes_per_peer for i in range(k)},
-                    "peer_recv": {i: rounds * bytes_per_peer for i in range(k)}, "time_comm_s": 0.5 * rounds,
+        counters = {"wire_sent": {}, "wire_recv": {}, "peer_sent": {i: sum(sends(t, i) for t in range(1, rounds + 1))
+                                                                  for i in range(k)},
+                    "peer_recv": {i: sum(sends(t, i) for t in range(1, rounds + 1)) for i in range(k)},
+                    "time_comm_s": 0.5 * rounds,
                     "time_wait_s": 0.1 * rounds}
         folder.write_summary(summary_record(
             algorithm=algorithm, topology=topology, peers=k, rounds=rounds, ranks=1, wall_s=2.0 * rounds + 1.5,
@@ -183,8 +196,8 @@ def test_plot_run_writes_every_plot_as_png(tmp_path):
     path = make_run(tmp_path, "r", rounds=6, peers_spec=spec)
     written = plot_run(load_run(path))
     names = {p.name for p in written}
-    assert names == {"metrics.png", "consensus.png", "topology.png", "partition.png", "per_peer.png",
-                     "per_peer_degree.png"}
+    assert names == {"metrics.png", "metrics_bytes.png", "consensus.png", "topology.png", "partition.png",
+                     "per_peer.png", "per_peer_degree.png"}
     for p in written:
         assert p.parent == path / "plots"
         assert_png(p)
@@ -197,12 +210,12 @@ def test_plot_run_writes_every_plot_as_png(tmp_path):
 def test_plot_run_skips_missing_data(tmp_path):
     path = make_run(tmp_path, "r", rounds=3, manifest=False, consensus=False, evals=False, summary=False)
     written = plot_run(load_run(path))
-    assert [p.name for p in written] == ["metrics.png"]  # only the training loss is there
+    assert [p.name for p in written] == ["metrics.png", "metrics_bytes.png"]  # only the training loss is there
     assert_png(written[0])
     # a method without a loss, a consensus distance or a data partition (FedMuscle records none of these)
     path = make_run(tmp_path, "m", rounds=3, loss=False, consensus=False, partition=False)
-    assert sorted(p.name for p in plot_run(load_run(path))) == ["metrics.png", "per_peer.png", "per_peer_degree.png",
-                                                                "topology.png"]
+    assert sorted(p.name for p in plot_run(load_run(path))) == ["metrics.png", "metrics_bytes.png", "per_peer.png",
+                                                                "per_peer_degree.png", "topology.png"]
     # a run that has just started: config.yaml and an empty metrics.jsonl
     RunFolder(tmp_path / "bare", make_config(algorithm="dec-ssl", peers=4)).close()
     assert plot_run(load_run(tmp_path / "bare")) == []
@@ -218,28 +231,59 @@ def test_spectral_prediction_multiplies_the_recorded_sigma2_squared(tmp_path):
     assert run.mean_degree() == {str(i): 2.0 for i in range(4)}
 
 
+UNTRAINED_PROBE, UNTRAINED_KNN = 0.31, 0.27
+
+
 def grouped_metrics(t: int) -> dict:
-    """Eval metrics in the ``<name>_avg`` / ``<name>_peer_{mean,min,max}`` pattern, known values at round t."""
+    """Eval metrics in the ``<name>_avg`` / ``<name>_peer_{mean,min,max}`` / ``<name>_untrained`` pattern, with
+    bookkeeping keys, known values at round t."""
     return {"probe_acc_avg": 0.5 + 0.01 * t, "knn_acc_avg": 0.4 + 0.01 * t,
             "probe_acc_peer_mean": 0.45 + 0.01 * t, "probe_acc_peer_min": 0.40 + 0.01 * t,
-            "probe_acc_peer_max": 0.50 + 0.01 * t,
+            "probe_acc_peer_max": 0.50 + 0.01 * t, "probe_acc_untrained": UNTRAINED_PROBE,
+            "knn_acc_untrained": UNTRAINED_KNN, "peers_scored": 4.0, "best_cluster": 1.0, "messages_count": 12.0,
             "drift_to_avg_peer_mean": 2.0 / t, "drift_to_avg_peer_min": 1.0 / t, "drift_to_avg_peer_max": 3.0 / t}
+
+
+def records(path: Path, kind: str) -> list[dict]:
+    """The metrics.jsonl records of one type, read with json alone (an expectation independent of analysis)."""
+    lines = (path / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["type"] == kind]
+
+
+def band_by_x(ax) -> dict[float, tuple[float, float]]:
+    """x -> (lowest, highest) y of the panel's one shaded band (fill_between), read from its polygon."""
+    (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    out: dict[float, list[float]] = {}
+    for x, y in band.get_paths()[0].vertices:
+        out.setdefault(round(float(x), 9), []).append(float(y))
+    return {x: (min(ys), max(ys)) for x, ys in out.items()}
+
+
+def labelled(ax, prefix: str):
+    """The panel's one line whose legend label starts with ``prefix``."""
+    (line,) = [ln for ln in ax.get_lines() if ln.get_label().startswith(prefix)]
+    return line
 
 
 def test_split_metric_name():
     assert split_metric_name("probe_acc_avg") == ("probe_acc", "avg")
     assert split_metric_name("probe_acc_peer_min") == ("probe_acc", "peer_min")
     assert split_metric_name("drift_to_avg_peer_mean") == ("drift_to_avg", "peer_mean")
+    assert split_metric_name("knn_acc_untrained") == ("knn_acc", "untrained")
     assert split_metric_name("accuracy") == ("accuracy", "value")
     assert split_metric_name("_avg") == ("_avg", "value")
+    assert [is_bookkeeping(k) for k in ("peers_scored", "best_cluster", "messages_count", "probe_acc_avg")] == \
+        [True, True, True, False]
 
 
-def test_metric_panels_group_avg_and_peer_statistics(tmp_path):
+def test_metric_panels_group_avg_peer_statistics_and_untrained(tmp_path):
     rounds = 5
     run = load_run(make_run(tmp_path, "r", rounds=rounds, eval_metrics=grouped_metrics, per_peer={}))
     panels = metric_panels(run)
-    assert [p.title for p in panels] == ["probe_acc", "knn_acc", "drift_to_avg", LOSS_PANEL_TITLE]
+    # bookkeeping keys have no panel, the untrained values are their metric's reference, not panels
+    assert [p.name for p in panels] == ["probe_acc", "knn_acc", "drift_to_avg", LOSS_PANEL]
     probe, knn, drift, loss = panels
+    assert (probe.reference, knn.reference, drift.reference) == (UNTRAINED_PROBE, UNTRAINED_KNN, None)
     assert set(probe.series) == {"avg", "peer_mean", "peer_min", "peer_max"}
     assert set(knn.series) == {"avg"}
     assert set(drift.series) == {"peer_mean", "peer_min", "peer_max"}
@@ -247,62 +291,126 @@ def test_metric_panels_group_avg_and_peer_statistics(tmp_path):
     for panel in panels[:3]:
         for role, (xs, ys) in panel.series.items():
             assert xs == ts
-            name = panel.title + "_" + role
-            assert ys == pytest.approx([grouped_metrics(int(t))[name] for t in ts])
+            assert ys == pytest.approx([grouped_metrics(int(t))[panel.name + "_" + role] for t in ts])
     assert loss.series["value"][1] == pytest.approx([1.0 / t + 0.015 for t in ts])  # mean of 1/t + 0.01 i, i < 4
     # plain names keep a panel each; the statistics of the final per-peer test_acc form a group
     plain = metric_panels(load_run(make_run(tmp_path, "p", rounds=3)))
-    assert [p.title for p in plain] == ["accuracy", "linear_probe", "test_acc", LOSS_PANEL_TITLE]
+    assert [p.name for p in plain] == ["accuracy", "linear_probe", "test_acc", LOSS_PANEL]
     assert [set(p.series) for p in plain] == [{"value"}, {"value"}, {"peer_mean", "peer_min", "peer_max"}, {"value"}]
+    assert plain[2].once and not plain[0].once
 
 
-def test_metrics_figure_draws_band_between_peer_min_and_max(tmp_path):
+def test_metrics_figure_leaves_out_bookkeeping_and_draws_the_untrained_reference(tmp_path):
     rounds = 5
     run = load_run(make_run(tmp_path, "r", rounds=rounds, eval_metrics=grouped_metrics, per_peer={}))
     fig = metrics_figure(run)
-    assert len(fig.axes) == 4  # 3 metric panels + loss
-    probe = fig.axes[0]
-    assert probe.get_title() == "probe_acc"
-    (band,) = probe.collections  # the fill_between
-    verts = band.get_paths()[0].vertices
-    ts = np.arange(1, rounds + 1)
-    lo, hi = 0.40 + 0.01 * ts, 0.50 + 0.01 * ts
-    for x, y in verts:  # every corner of the band lies on the min or the max curve at an eval round
-        assert 1 <= x <= rounds
-        assert np.isclose(y, np.interp(x, ts, lo)) or np.isclose(y, np.interp(x, ts, hi))
-    assert verts[:, 1].min() == pytest.approx(lo.min()) and verts[:, 1].max() == pytest.approx(hi.max())
-    lines = {line.get_label().split(" (")[0]: line for line in probe.get_lines()}
-    assert lines["average model"].get_marker() == "o"
-    assert list(lines["peer mean"].get_ydata()) == pytest.approx(list(0.45 + 0.01 * ts))
+    axes = figure_axes(fig)
+    assert set(axes) == {"probe_acc", "knn_acc", "drift_to_avg", LOSS_PANEL}
+    drawn = {line.get_label() for ax in fig.axes for line in ax.get_lines()} | {ax.get_title() for ax in fig.axes}
+    assert not any(key in text for text in drawn for key in ("peers_scored", "best_cluster", "messages_count",
+                                                              "untrained)"))
+    for name, value in (("probe_acc", UNTRAINED_PROBE), ("knn_acc", UNTRAINED_KNN)):
+        ref = labelled(axes[name], "untrained model")
+        assert ref.get_linestyle() == "--"
+        assert list(ref.get_ydata()) == [value, value]
+        assert f"{value:.4g}" in ref.get_label()
+        left, right = axes[name].get_ylim()
+        assert left < value < right  # in view, not only in the data
+    assert not any(ln.get_label().startswith("untrained") for ax in (axes["drift_to_avg"], axes[LOSS_PANEL])
+                   for ln in ax.get_lines())
+    # the network average on top of the band and the references
+    probe = axes["probe_acc"]
+    avg = labelled(probe, "network average")
+    assert avg.get_zorder() > max(c.get_zorder() for c in probe.collections)
+    assert avg.get_zorder() > labelled(probe, "untrained model").get_zorder()
     for ax in fig.axes:  # shared x-range from 0 to the last round
         left, right = ax.get_xlim()
         assert left <= 0 and rounds <= right < rounds + 1
     assert_png(plot_run(run, out_dir=tmp_path / "plots")[0])
 
 
-def test_metrics_figure_single_final_eval_is_readable(tmp_path):
+def peer_scores(t: int) -> dict:
+    """Every evaluation's per-peer test_acc, scattered differently each round (not monotone in the peer)."""
+    return {str(i): {"test_acc": 0.3 + 0.05 * t + 0.02 * ((3 * i + t) % 5)} for i in range(5)}
+
+
+def test_band_spans_the_peers_min_and_max_of_the_records(tmp_path):
+    path = make_run(tmp_path, "r", k=5, rounds=4, per_peer_at=peer_scores,
+                    eval_metrics=lambda t: {"test_acc_avg": 0.4 + 0.05 * t})
+    axes = figure_axes(metrics_figure(load_run(path)))
+    for name, kind, values in (("test_acc", "eval", lambda r: [m["test_acc"] for m in r["per_peer"].values()]),
+                               (LOSS_PANEL, "round", lambda r: list(r.get("loss", {}).values()))):
+        expected = {float(r["round"]): (min(values(r)), max(values(r))) for r in records(path, kind) if values(r)}
+        band = band_by_x(axes[name])
+        assert band.keys() == expected.keys()
+        for x, (lo, hi) in expected.items():
+            assert band[x] == pytest.approx((lo, hi))
+    assert "min–max" in str([t.get_text() for t in axes["test_acc"].get_legend().get_texts()])
+
+
+def test_metric_once_is_a_strip_with_average_and_reference(tmp_path):
     rounds = 6
-    run = load_run(make_run(tmp_path, "r", rounds=rounds, eval_metrics=grouped_metrics, eval_rounds={rounds},
-                                per_peer={}))
-    fig = metrics_figure(run)
-    assert len(fig.axes) == 4
-    final = grouped_metrics(rounds)
-    for ax, name in zip(fig.axes[:3], ("probe_acc", "knn_acc", "drift_to_avg")):
-        left, right = ax.get_xlim()
-        assert left <= 0 and rounds <= right < rounds + 1  # not a degenerate range around the one point
-        for line in ax.get_lines():
-            if line.get_label().startswith(("average model", "peer mean")):
-                assert line.get_marker() not in (None, "None", "", " ")  # one point: must have a marker
-        if name + "_peer_min" in final:
-            assert not any(isinstance(c, PolyCollection) for c in ax.collections)  # no band of zero width
-            (bar,) = ax.containers  # the min..max range as an error bar at the final round
-            (segments,) = [c for c in bar.lines[2]]
-            (segment,) = segments.get_segments()
-            assert segment[:, 0] == pytest.approx([rounds, rounds])
-            assert sorted(segment[:, 1]) == pytest.approx([final[name + "_peer_min"], final[name + "_peer_max"]])
-            ylo, yhi = ax.get_ylim()
-            assert ylo < final[name + "_peer_min"] and final[name + "_peer_max"] < yhi
-    assert_png(plot_run(run, out_dir=tmp_path / "plots")[0])
+    scores = {str(i): {"probe_acc": 0.40 + 0.01 * ((2 * i) % 7)} for i in range(7)}
+    path = make_run(tmp_path, "r", k=7, rounds=rounds, eval_rounds={rounds}, per_peer=scores,
+                    eval_metrics=lambda t: {"probe_acc_avg": 0.47, "probe_acc_untrained": 0.2})
+    fig = metrics_figure(load_run(path))
+    ax = figure_axes(fig)["probe_acc"]
+    (final,) = records(path, "eval")
+    per_peer = sorted(m["probe_acc"] for m in final["per_peer"].values())
+    (strip,) = [c for c in ax.collections if c.get_label().startswith("peers (n=7)")]
+    assert sorted(strip.get_offsets()[:, 1]) == pytest.approx(per_peer)
+    assert np.ptp(strip.get_offsets()[:, 0]) > 0  # spread sideways, not one stack of dots
+    assert not any(isinstance(c, PolyCollection) for c in ax.collections)  # no band of zero width
+    assert list(labelled(ax, "network average").get_ydata()) == [0.47, 0.47]
+    ref = labelled(ax, "untrained model")
+    assert ref.get_linestyle() == "--" and list(ref.get_ydata()) == [0.2, 0.2]
+    ylo, yhi = ax.get_ylim()
+    assert ylo < 0.2 and max(per_peer) < 0.47 < yhi
+    assert f"round {rounds}" in ax.get_xlabel()
+    assert_png(plot_run(load_run(path), out_dir=tmp_path / "plots")[0])
+
+
+def test_metrics_against_bytes_use_the_cumulative_bytes_per_peer(tmp_path):
+    path = make_run(tmp_path, "r", k=4, rounds=5, bytes_per_peer=lambda t, i: 1000 * t * (i + 1),
+                    eval_metrics=lambda t: {"knn_acc_avg": 0.1 * t, "knn_acc_untrained": 0.05})
+    run = load_run(path)
+    fig = metrics_figure(run, BYTES)
+    total, sent = 0.0, {}
+    for r in records(path, "round")[1:]:
+        total += r["bytes_sent"] / len(r["active"])
+        sent[r["round"]] = total
+    assert sent[1] == 2500.0  # (1 + 2 + 3 + 4) * 1000 / 4
+    axes = figure_axes(fig)
+    avg = labelled(axes["knn_acc"], "network average")
+    assert list(avg.get_xdata()) == pytest.approx([sent[r["round"]] for r in records(path, "eval")])
+    assert list(labelled(axes[LOSS_PANEL], "peers: mean").get_xdata()) == pytest.approx(list(sent.values()))
+    assert sorted(band_by_x(axes[LOSS_PANEL])) == pytest.approx(sorted(sent.values()))
+    assert axes["knn_acc"].get_xlabel() == "data sent per peer (KiB)"
+    assert {p.name for p in plot_run(run, out_dir=tmp_path / "plots")} >= {"metrics.png", "metrics_bytes.png"}
+    # a run that sent nothing has no such figure
+    assert metrics_figure(load_run(make_run(tmp_path, "silent", rounds=2, bytes_per_peer=0)), BYTES) is None
+
+
+def test_large_summarised_run_plots_from_the_statistics(tmp_path):
+    k, rounds = 320, 3
+    path = make_run(tmp_path, "big", k=k, rounds=rounds, peer_records=10, topology="cycle",
+                    per_peer={str(i): {"test_acc": 0.2 + (i % 17) / 100} for i in range(k)})
+    run = load_run(path)
+    assert run.summarised and run.final_per_peer() is None
+    written = {p.name for p in plot_run(run, out_dir=tmp_path / "plots")}
+    assert {"metrics.png", "metrics_bytes.png", "topology.png"} <= written
+    axes = figure_axes(metrics_figure(run))
+    expected = {float(r["round"]): (r["loss_stats"]["min"], r["loss_stats"]["max"]) for r in records(path, "round")
+                if "loss_stats" in r}
+    band = band_by_x(axes[LOSS_PANEL])
+    assert band.keys() == expected.keys()
+    for x, pair in expected.items():
+        assert band[x] == pytest.approx(pair)
+    stats = records(path, "eval")[-1]["per_peer_stats"]["test_acc"]
+    (bar,) = axes["test_acc"].containers  # the once-evaluated metric of K peers: mean and min–max
+    (segment,) = bar.lines[2][0].get_segments()
+    assert sorted(segment[:, 1]) == pytest.approx([stats["min"], stats["max"]])
+    assert bar.get_label().startswith(f"peers (n={k})")
 
 
 def test_lambda2_and_consensus_shares_are_what_the_manifest_records(tmp_path):

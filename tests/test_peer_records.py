@@ -152,11 +152,11 @@ def test_plots_above_the_threshold_draw_no_layout(runs: dict[str, dict[str, Path
     monkeypatch.setattr(nx, "spring_layout", _no_layout)
     monkeypatch.setattr(analysis.plots, "MANY_PEERS", LIMIT)  # 40 peers count as many
     summ = {p.name for p in plot_run(runs[case]["summary"], tmp_path / "summary")}
-    assert summ == {"metrics.png", "consensus.png", "topology.png"} | ({"metrics_time.png"} if case == "quadratic"
-                                                                        else set())
+    assert summ == {"metrics.png", "metrics_bytes.png", "consensus.png", "topology.png"} | (
+        {"metrics_time.png"} if case == "quadratic" else set())
     assert "per_peer.png and per_peer_degree.png not drawn" in capsys.readouterr().out
     full = {p.name for p in plot_run(runs[case]["full"], tmp_path / "full")}
     assert summ | {"per_peer.png", "per_peer_degree.png"} == full
     if case == "quadratic":  # the training loss's band comes from the summaries
         loss = analysis.plots.metric_panels(load_run(runs[case]["summary"]))[-1]
-        assert set(loss.series) == {"value", "peer_min", "peer_max"}
+        assert set(loss.series) == {"value"} and len(loss.spread) >= 2

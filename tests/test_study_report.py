@@ -216,3 +216,34 @@ def test_old_manifests_get_p_and_n_eff_from_their_mixing(study, tmp_path):
         p, neff = _p_and_n_eff(group.axes["topology"])
         assert group.measure("p") == pytest.approx(p, rel=1e-9)
         assert group.measure("n_eff") == pytest.approx(neff, rel=1e-9)
+
+
+def test_bytes_figure_x_is_the_mean_over_seeds_of_the_cumulative_bytes_per_peer(study):
+    """Each group's line: x the seeds' mean of Σ bytes_sent / active peers up to each evaluated round (read from
+    metrics.jsonl here), y the seeds' mean metric; the band named once in the legend."""
+    from analysis.study_plots import CI_KEY, bytes_figure
+
+    fig = bytes_figure(load_study(study), METRIC)
+    (ax,) = fig.axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    for topology in ("cycle", "complete"):
+        sent: dict[int, list[float]] = {}
+        acc: dict[int, list[float]] = {}
+        for seed in (1, 2):
+            records = [json.loads(line) for line in
+                       (study / "runs" / point_name(topology, seed) / "metrics.jsonl").read_text().splitlines()]
+            total, cumulative = 0.0, {}
+            for r in records:
+                if r["type"] == "round" and r["round"] > 0:
+                    total += r["bytes_sent"] / len(r["active"])
+                    cumulative[r["round"]] = total
+            for r in records:
+                if r["type"] == "eval":
+                    sent.setdefault(r["round"], []).append(cumulative[r["round"]])
+                    acc.setdefault(r["round"], []).append(r["metrics"][METRIC])
+        (label,) = [k for k in lines if topology in k]
+        rounds = sorted(sent)
+        assert list(lines[label].get_xdata()) == pytest.approx([np.mean(sent[t]) for t in rounds])
+        assert list(lines[label].get_ydata()) == pytest.approx([np.mean(acc[t]) for t in rounds])
+    assert [t.get_text() for t in ax.get_legend().get_texts()].count(CI_KEY) == 1
+    assert ax.get_xlabel().startswith("data sent per peer (")

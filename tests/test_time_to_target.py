@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from analysis import load_run, plot_run
+from analysis.metric_plots import figure_axes
 from analysis.plots import metrics_figure
 from analysis.report import main as report_main
 from analysis.study import load_study, t_quantile
@@ -254,9 +255,9 @@ def test_run_plots_against_simulated_time(study, tmp_path):
     written = {p.name for p in plot_run(run, tmp_path / "clock")}
     assert {"metrics.png", "metrics_time.png"} <= written
     fig = metrics_figure(run, SIM_TIME)
-    axes = {ax.get_title(): ax for ax in fig.axes}
+    axes = figure_axes(fig)
     assert axes["test_acc"].get_xlabel() == "simulated time (s)"
-    (line,) = [ln for ln in axes["test_acc"].get_lines() if ln.get_label().startswith("average")]
+    (line,) = [ln for ln in axes["test_acc"].get_lines() if ln.get_label().startswith("network average")]
     assert list(line.get_xdata()) == [1.5, 3.0, 4.5, 6.0]
 
 

@@ -57,6 +57,7 @@ from p2pfl.losses.featarc import alignment_regulariser, alignment_scores, assign
 from p2pfl.models import MixableState, SimCLRNet, build_encoder, init_model
 from p2pfl.network import RoundNetwork
 from p2pfl.options import Check, method_options, opt
+from p2pfl.records import BEST_CLUSTER
 from p2pfl.rounds import LocalRound, Phase
 from p2pfl.seeding import SHARED, torch_generator
 
@@ -293,7 +294,7 @@ class DecFeatARC(DecSSL):
             by = "probe_acc" if final and "probe_acc" in scores[0] else "knn_acc"
             if by in scores[0]:
                 best = assign_cluster([s[by] for s in scores])
-                metrics["best_cluster"] = float(best)
+                metrics[BEST_CLUSTER] = float(best)
             for name in scores[0]:
                 metrics[f"{name}_avg"] = max(s[name] for s in scores)
         baseline = self.baseline_here(final)

@@ -27,6 +27,7 @@ from p2pfl.models import MixableState, init_model
 from p2pfl.models.stacked import PeerStack
 from p2pfl.network import RoundNetwork
 from p2pfl.optim import local_momentum
+from p2pfl.records import PEERS_SCORED, UNTRAINED
 from p2pfl.rounds import LocalRound, Phase, RunContext
 from p2pfl.seeding import SHARED, torch_generator
 
@@ -269,7 +270,7 @@ class GossipLearner(LocalTrainer):
         (after every rank's own scoring, so no rank idles at it while others score)."""
         baseline = self.ctx.world.bcast(baseline, root=self.baseline_rank)
         if self.ctx.world.is_root:
-            metrics.update({f"{k}_untrained": v for k, v in (baseline or {}).items()})
+            metrics.update({k + UNTRAINED: v for k, v in (baseline or {}).items()})
 
     def final_peer_scores(self, metrics: dict[str, float], between: dict[int, float], net: RoundNetwork,
                           reference: Callable[[int], nn.Module],
@@ -279,7 +280,7 @@ class GossipLearner(LocalTrainer):
         `metrics` get `peers_scored`."""
         sample = self.eval_sample(net)
         if self.ctx.world.is_root:
-            metrics["peers_scored"] = float(len(sample))
+            metrics[PEERS_SCORED] = float(len(sample))
         scored = [p for p in self.alive_peers(net) if p in sample]
         return {p: {**scores, **(extra(p) if extra else {}),
                     "drift_to_avg": weight_drift(self.peers[p].model, reference(p)), "drift_to_neighbours": between[p]}

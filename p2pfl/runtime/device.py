@@ -1,6 +1,9 @@
 """Device binding: node-local rank modulo the visible GPUs, the CPU when there are none."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from p2pfl.config import ConfigError
@@ -32,3 +35,21 @@ def configure_determinism(threads: int, device: torch.device) -> None:
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
+
+
+#: The torch.backends flags configure_determinism sets (module, attribute).
+_FLAGS = ((torch.backends.cudnn, "benchmark"), (torch.backends.cudnn, "deterministic"),
+          (torch.backends.cudnn, "allow_tf32"), (torch.backends.cuda.matmul, "allow_tf32"))
+
+
+@contextmanager
+def kept_torch_settings() -> Iterator[None]:
+    """Put back what configure_determinism changes (intra-op threads, the cuDNN and TF32 flags) when the block
+    ends: a run inside a caller's process (p2pfl.simulate) leaves it as it was."""
+    threads, flags = torch.get_num_threads(), [getattr(module, name) for module, name in _FLAGS]
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        for (module, name), value in zip(_FLAGS, flags):
+            setattr(module, name, value)

@@ -3,13 +3,31 @@ from __future__ import annotations
 
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TypeVar
 
 from p2pfl.comm.world import World
 
 T = TypeVar("T")
 USER_ERROR_EXIT = 2
+#: Inside `raising_user_errors()`, bad input agreed on by `agree` is raised, not an exit (a library call).
+_RAISE: ContextVar[bool] = ContextVar("p2pfl_raise_user_errors", default=False)
+
+
+class UserError(ValueError):
+    """Bad input every rank agreed on: the one line the command line prints after 'p2pfl: error: '."""
+
+
+@contextmanager
+def raising_user_errors() -> Iterator[None]:
+    """Within the block, `agree` raises UserError on bad input instead of ending the process (p2pfl.simulate)."""
+    token = _RAISE.set(True)
+    try:
+        yield
+    finally:
+        _RAISE.reset(token)
 
 
 def abort_on_exception(world: World, exc: BaseException) -> None:
@@ -31,7 +49,8 @@ def user_error_exit(world: World, message: str) -> None:
 
 
 def agree(world: World, step: Callable[[], T]) -> T:
-    """Run a set-up step on every rank; if any rank hits bad input (a ValueError), all ranks exit cleanly.
+    """Run a set-up step on every rank; if any rank hits bad input (a ValueError), all ranks exit cleanly (inside
+    `raising_user_errors()`: all raise UserError with the message instead).
 
     Collective: every rank must call it at the same point. The first failing rank's message is printed once.
     """
@@ -44,5 +63,7 @@ def agree(world: World, step: Callable[[], T]) -> T:
     errors = world.allgather(error)
     first = next((e for e in errors if e is not None), None)
     if first is not None:
+        if _RAISE.get():
+            raise UserError(first)
         user_error_exit(world, first)
     return result  # type: ignore[return-value]

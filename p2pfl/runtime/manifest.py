@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import p2pfl
 from p2pfl.records import BaseManifest, Host, NetworkManifest, Seeds, TopologyRecord
+from p2pfl.version import __version__
 
 
 def versions() -> dict[str, str]:
     """Versions of Python, the libraries and the MPI library this run used."""
-    out = {"python": platform.python_version(), "p2pfl": p2pfl.__version__}
+    out = {"python": platform.python_version(), "p2pfl": __version__}
     for name in ("torch", "torchvision", "numpy", "networkx", "mpi4py", "transformers", "peft"):
         module = sys.modules.get(name)
         if module is not None:
@@ -39,7 +39,7 @@ def versions() -> dict[str, str]:
 
 def git_commit() -> str | None:
     """The commit of the p2pfl checkout, with '-dirty' when it has uncommitted changes."""
-    root = Path(p2pfl.__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # the checkout: p2pfl/runtime/manifest.py
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                                 timeout=10).stdout.strip()

@@ -7,9 +7,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from p2pfl.config import RunConfig, to_yaml
+from p2pfl.config import RunConfig, log_names, to_yaml
 from p2pfl.records import EvalRecord, RoundStart, Summary
 from p2pfl.runtime.files import JsonLines, jsonable, write_atomic, write_json
+from p2pfl.runtime.loggers import Loggers
 
 #: An entry whose compact JSON is longer than this many characters is written compact, on one line (a 10,000-peer
 #: topology record: 4 MB in 0.4 s, where indenting takes Python's slower encoder 1.5 s and 10 MB).
@@ -45,7 +46,8 @@ def make_run_dir(cfg: RunConfig) -> Path:
 
 
 class RunFolder:
-    """Rank 0's writer of the run folder; every file but metrics.jsonl is replaced atomically."""
+    """Rank 0's writer of the run folder; every file but metrics.jsonl is replaced atomically. Every record
+    written to metrics.jsonl goes to the --log trackers too (p2pfl.runtime.loggers)."""
 
     def __init__(self, path: Path, cfg: RunConfig, resume_round: int | None = None) -> None:
         self.path = Path(path)
@@ -55,6 +57,8 @@ class RunFolder:
         if resume_round is not None:
             self._truncate_metrics(resume_round)
         self.metrics = JsonLines(self.path / "metrics.jsonl")
+        self.loggers = Loggers(log_names(cfg.log), self.path, cfg.to_dict(),
+                               first_step=0 if resume_round is None else resume_round + 1)
 
     def _truncate_metrics(self, last_round: int) -> None:
         """Keep the records of rounds up to the checkpoint, so a resumed run appends where it left off."""
@@ -81,9 +85,15 @@ class RunFolder:
 
     def log(self, record: RoundStart | EvalRecord) -> None:
         self.metrics.write(record)
+        self.loggers.record(record)
+
+    def log_plots(self) -> None:
+        """Hand plots/*.png, as plot_run drew them at the end, to the trackers."""
+        self.loggers.images(sorted((self.path / "plots").glob("*.png")))
 
     def write_summary(self, summary: Summary) -> None:
         write_json(self.path / "summary.json", summary)
 
     def close(self) -> None:
         self.metrics.close()
+        self.loggers.close()

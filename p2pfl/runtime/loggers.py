@@ -1,0 +1,185 @@
+"""--log: the run's records mirrored into experiment trackers, TensorBoard and Weights & Biases.
+
+RunFolder (rank 0) hands every record it writes to metrics.jsonl to `Loggers`, so whatever writes records (the
+synchronous runner, asynchronous gossip, a resumed run, summarised records) is mirrored alike: the record's
+numbers as scalars at step = its round (`scalars`), the resolved configuration as hyper-parameters at the start,
+plots/*.png as images at the end. Both write inside the run folder and need no network (W&B runs offline unless
+WANDB_MODE says otherwise). A tracker that fails, at its start or later, is dropped with one warning line: the
+run and metrics.jsonl go on as they would without it.
+"""
+from __future__ import annotations
+
+import numbers
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+#: The trackers --log may name (comma-separated; p2pfl.config.log_names reads the value).
+LOGGERS = ("tensorboard", "wandb")
+#: The run folder's subfolder of TensorBoard's event files; W&B's offline runs go to <run>/wandb/offline-run-*.
+TENSORBOARD_DIR = "tensorboard"
+#: W&B's project unless WANDB_PROJECT names another.
+WANDB_PROJECT = "p2pfl"
+
+
+def _per_peer(value: Mapping[Any, Any]) -> bool:
+    """A {peer: ...} map (its statistics over the peers, where a record has them, are the scalars)."""
+    return bool(value) and all(str(key).isdigit() for key in value)
+
+
+def scalars(record: Mapping[str, Any]) -> dict[str, float]:
+    """A record's numbers as tracker scalars named `<type>/<key>`, nested keys joined by '/': every int and float
+    (non-finite ones too) but `round`, which is the step; per-peer maps, lists, strings, flags and None are left
+    out."""
+    out: dict[str, float] = {}
+
+    def walk(tag: str, value: Any) -> None:
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            out[tag] = float(value)
+        elif isinstance(value, Mapping) and not _per_peer(value):
+            for key, item in value.items():
+                walk(f"{tag}/{key}", item)
+
+    for key, value in record.items():
+        if key not in ("type", "round"):
+            walk(f"{record['type']}/{key}", value)
+    return out
+
+
+def hparam_values(config: Mapping[str, Any]) -> dict[str, bool | int | float | str]:
+    """The configuration as TensorBoard hyper-parameters accept it: None as 'none', anything not a bool,
+    number or string as its str."""
+    return {key: "none" if value is None else value if isinstance(value, (bool, int, float, str)) else str(value)
+            for key, value in config.items()}
+
+
+class Logger(Protocol):
+    """One tracker: scalars at a step, the plots as images at the end, closed once."""
+
+    def scalars(self, values: Mapping[str, float], step: int) -> None: ...
+
+    def images(self, paths: Sequence[Path], step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class TensorBoardLogger:
+    """Event files in <run>/tensorboard (torch.utils.tensorboard), flushed after every record, so a crashed run's
+    events are on disk up to its last record; a resumed run purges what followed its checkpoint, as
+    metrics.jsonl is truncated."""
+
+    def __init__(self, run_dir: Path, config: Mapping[str, Any], first_step: int) -> None:
+        from tensorboard.plugins.hparams.summary_v2 import hparams_pb  # keeps bools bools, unlike torch's
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(run_dir / TENSORBOARD_DIR), purge_step=first_step or None)
+        self.writer.file_writer.add_summary(hparams_pb(hparam_values(config)))
+        self.writer.flush()
+
+    def scalars(self, values: Mapping[str, float], step: int) -> None:
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, step)
+        self.writer.flush()
+
+    def images(self, paths: Sequence[Path], step: int) -> None:
+        """The PNG files as they are (no decoding and re-encoding), tagged plots/<name>."""
+        from PIL import Image
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        for path in paths:
+            with Image.open(path) as image:
+                (width, height), channels = image.size, len(image.getbands())
+            picture = Summary.Image(height=height, width=width, colorspace=channels,
+                                    encoded_image_string=path.read_bytes())
+            self.writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=f"plots/{path.stem}",
+                                                                             image=picture)]), step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbLogger:
+    """A W&B run in <run>/wandb: offline unless WANDB_MODE is set (then W&B's own choice), its configuration the
+    resolved one, its history the scalars at step = round, without capturing the console or sampling the
+    machine."""
+
+    def __init__(self, run_dir: Path, config: Mapping[str, Any], first_step: int) -> None:
+        import wandb
+
+        self.wandb = wandb
+        mode = os.environ.get("WANDB_MODE") or "offline"  # read now: W&B reads the environment once a process
+        self.run = wandb.init(dir=str(run_dir), name=run_dir.name, config=dict(config),
+                              project=os.environ.get("WANDB_PROJECT", WANDB_PROJECT), reinit="create_new",
+                              settings=wandb.Settings(mode=mode, silent=True, console="off", x_disable_stats=True))
+
+    def scalars(self, values: Mapping[str, float], step: int) -> None:
+        self.run.log(dict(values), step=step)
+
+    def images(self, paths: Sequence[Path], step: int) -> None:
+        self.run.log({f"plots/{path.stem}": self.wandb.Image(str(path)) for path in paths}, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+#: What starts each tracker: (run folder, configuration, first step) -> Logger.
+STARTERS: dict[str, Callable[[Path, Mapping[str, Any], int], Logger]] = {
+    "tensorboard": TensorBoardLogger, "wandb": WandbLogger}
+
+
+def _warn(message: str) -> None:
+    print(f"p2pfl: warning: {message}", flush=True)
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception on one short line."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+class Loggers:
+    """The run's trackers, fed by RunFolder (rank 0): one that fails to start, or raises later, is dropped with one
+    warning line and the others go on."""
+
+    def __init__(self, names: Sequence[str], run_dir: Path, config: Mapping[str, Any], first_step: int = 0,
+                 warn: Callable[[str], None] = _warn) -> None:
+        self.warn = warn
+        self.step = first_step  # the last step logged: the plots' step
+        self.active: dict[str, Logger] = {}
+        for name in names:
+            try:
+                self.active[name] = STARTERS[name](Path(run_dir), config, first_step)
+            except Exception as exc:  # noqa: BLE001 - a tracker never fails the run
+                warn(f"--log {name}: not started ({_reason(exc)}); the run goes on without it")
+
+    def record(self, record: Mapping[str, Any]) -> None:
+        """Mirror one metrics.jsonl record at step = its round."""
+        if not self.active:
+            return
+        values, step = scalars(record), int(record["round"])
+        self.step = max(self.step, step)
+        self._each("log a record", lambda logger: logger.scalars(values, step))
+
+    def images(self, paths: Sequence[Path]) -> None:
+        """The plots, at the last step logged."""
+        if paths:
+            self._each("log the plots", lambda logger: logger.images(paths, self.step))
+
+    def close(self) -> None:
+        self._each("close", lambda logger: logger.close())
+        self.active.clear()
+
+    def _each(self, what: str, call: Callable[[Logger], None]) -> None:
+        for name, logger in list(self.active.items()):
+            try:
+                call(logger)
+            except Exception as exc:  # noqa: BLE001 - a tracker never fails the run
+                del self.active[name]
+                self.warn(f"--log {name}: disabled, it failed to {what} ({_reason(exc)}); the run goes on without it")
+                if what != "close":
+                    try:
+                        logger.close()
+                    except Exception:  # noqa: BLE001, S110 - already reported
+                        pass

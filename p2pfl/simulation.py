@@ -1,0 +1,38 @@
+"""`p2pfl.simulate(**options)`: one run in this process, as `python -m p2pfl.run` runs it, returned as a Run.
+
+The options are the command line's with underscores (`simulate(algorithm="consensus", peers=8, rounds=5)`; a
+YAML file as `config=`), parsed, validated and resolved by the same functions, run by the same
+`p2pfl.run.execute`, into the same run folder (`out`, default runs/). Without mpirun the process holds every
+peer; torch's threads and determinism flags are put back afterwards. Bad input raises a ValueError
+(`p2pfl.runtime.failure.UserError`) whose message is the line the command line prints after "p2pfl: error: ";
+nothing calls sys.exit.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from analysis.runs import Run
+
+
+def simulate(**options: Any) -> Run:
+    """Run one job in-process with `options` (p2pfl.run's, underscores for dashes) and return its run folder read
+    back (analysis.runs.Run: `.rounds`, `.evals`, `.summary`, `.frame()`). Under mpirun every rank calls it."""
+    from analysis.runs import load_run
+    from p2pfl.comm.world import World
+    from p2pfl.config import from_options
+    from p2pfl.run import execute, resolved
+    from p2pfl.runtime.device import kept_torch_settings
+    from p2pfl.runtime.failure import agree, raising_user_errors
+
+    started = time.time()  # as main's: the set-up time the summary records leaves the imports aside
+    if options.get("print_config"):
+        raise ValueError("--print-config: simulate runs the configuration; print it with "
+                         "p2pfl.config.to_yaml(p2pfl.config.make_config(...))")
+    world = World.detect()
+    with raising_user_errors(), kept_torch_settings():
+        run, _ = agree(world, lambda: resolved(world, from_options(options)))
+        run_dir = execute(world, run, started)
+    world.barrier()  # every rank reads the folder once rank 0 has finished writing it
+    return load_run(run_dir)
