@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from p2pfl.records import STATS
+from p2pfl.records import STATS, numeric_leaves
 
 #: The columns of a run's records, in order (a study frame puts its labels before them).
 COLUMNS = ("round", "kind", "metric", "peer", "value")
@@ -37,29 +37,11 @@ _UNPREFIXED = ("metrics", "per_peer")
 Row = tuple[int, str, str, "int | None", float]
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _peer_keyed(value: Mapping[str, Any]) -> bool:
-    return bool(value) and all(isinstance(k, str) and k.isdigit() for k in value)
-
-
-def _join(prefix: str, key: str) -> str:
-    return f"{prefix}.{key}" if prefix else key
-
-
-def leaves(name: str, value: Any, peer: int | None = None) -> Iterator[tuple[str, int | None, float]]:
-    """(metric, peer, value) of every number under `value`, by the module's rule."""
-    if _number(value):
-        yield name, peer, float(value)
-    elif isinstance(value, Mapping):
-        if peer is None and _peer_keyed(value):
-            for key, inner in value.items():
-                yield from leaves(name, inner, int(key))
-        else:
-            for key, inner in value.items():
-                yield from leaves(_join(name, str(key)), inner, peer)
+def leaves(name: str, value: Any) -> Iterator[tuple[str, int | None, float]]:
+    """(metric, peer, value) of every number under `value`, by the module's rule (p2pfl.records.numeric_leaves,
+    the key path joined by "." after `name`)."""
+    for path, peer, number in numeric_leaves(value, (name,) if name else ()):
+        yield ".".join(path), peer, number
 
 
 def record_values(record: Mapping[str, Any]) -> Iterator[tuple[str, int | None, float]]:

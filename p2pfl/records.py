@@ -7,7 +7,8 @@ are strings. config.yaml, and manifest["config"], are `RunConfig.to_dict()` (p2p
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import numbers
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal, TypedDict
 
 # ------------------------------------------------------------------------------------------------ metrics.jsonl
@@ -183,6 +184,29 @@ class EvalRecord(_EvalFields, total=False):
 
 ROUND_KEYS = (RoundRecord.__required_keys__ | SimRound.__optional_keys__ | AsyncRound.__optional_keys__
               | SummarisedRound.__required_keys__ | SimRoundSummary.__optional_keys__)
+
+
+def peer_keyed(value: Mapping[Any, Any]) -> bool:
+    """Whether a record's map is keyed by peer ids ({"0": v, ...} as written, {0: v} before): `loss`,
+    `bytes_sent_per_peer`, `network.degree`, an eval's `per_peer`."""
+    return bool(value) and all(str(key).isdigit() for key in value)
+
+
+def numeric_leaves(value: Any, path: tuple[str, ...] = (), peer: int | None = None
+                   ) -> Iterator[tuple[tuple[str, ...], int | None, float]]:
+    """(key path, peer, number) of every number under a record's `value`, non-finite ones too: a peer-keyed map
+    gives its values with `peer` set (its keys are not in the path; inside it, keys are that peer's own);
+    strings, booleans, None and lists give nothing. The one walk of a record that the trackers
+    (p2pfl.runtime.loggers) and the tidy tables (analysis.tidy) share."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        yield path, peer, float(value)
+    elif isinstance(value, Mapping):
+        if peer is None and peer_keyed(value):
+            for key, inner in value.items():
+                yield from numeric_leaves(inner, path, int(key))
+        else:
+            for key, inner in value.items():
+                yield from numeric_leaves(inner, (*path, str(key)), peer)
 
 
 def metric_names(record: RoundStart | RoundRecord) -> list[str]:

@@ -29,7 +29,6 @@ receive buffers are the caller's).
 """
 from __future__ import annotations
 
-import itertools
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -408,9 +407,8 @@ class Transport:
         """Per remote rank: the local peers whose payload goes there, and the remote peers whose payload comes
         here, ascending; and every local peer that sends along `links`. Array code over the links, O(links)."""
         me = self.world.rank
-        lengths = np.fromiter((len(senders) for senders in links.values()), dtype=np.int64, count=len(links))
-        receiver = np.repeat(np.fromiter(links.keys(), dtype=np.int64, count=len(links)), lengths)
-        sender = np.fromiter(itertools.chain.from_iterable(links.values()), dtype=np.int64, count=int(lengths.sum()))
+        arrays = self._arrays_of(links)
+        receiver, sender = np.repeat(arrays.receivers, arrays.lengths), arrays.senders
         ranks = self.placement.ranks
         at, src = ranks[receiver], ranks[sender]
         local = {int(q) for q in np.unique(sender[src == me])}
@@ -444,7 +442,7 @@ class Transport:
         by_sender = {**received, **payloads}
         arrays = self._arrays_of(links)
         stats = self.stats
-        size = np.zeros(self.placement.n_peers + 1, dtype=np.int64)
+        size = np.zeros(self.placement.n_peers, dtype=np.int64)
         size[np.fromiter(by_sender, dtype=np.int64, count=len(by_sender))] = [nbytes(t) for t in by_sender.values()]
         heard = np.concatenate([[0], np.cumsum(size[arrays.senders])])
         rows = arrays.row_of

@@ -51,14 +51,10 @@ def stacked_sums(own: Mapping[int, torch.Tensor], inbox: Mapping[int, Mapping[in
     for p in receivers:
         got, mine = inbox.get(p, {}), own[p]
         sources.append([index[id(got.get(j, mine))] for j, _ in rows[p]])
-    first = stack[0]
-    if any(x.shape != first.shape or x.dtype != first.dtype or x.device != first.device for x in stack):
-        return None
     lengths = np.fromiter((len(s) for s in sources), dtype=np.int64, count=len(sources))
     take = np.fromiter(itertools.chain.from_iterable(sources), dtype=np.int64, count=int(lengths.sum()))
     weight = np.fromiter((w for p in receivers for _, w in rows[p]), dtype=np.float64, count=take.size)
-    acc = _slot_product(lengths, take, weight, torch.stack(stack).reshape(len(stack), -1))
-    return dict(zip(receivers, acc.reshape(len(receivers), *first.shape).unbind(0)))
+    return _slot_sums(receivers, lengths, take, weight, stack)
 
 
 def sender_sums(own: Mapping[int, torch.Tensor], inbox: SenderInbox, net: RoundNetwork
@@ -85,11 +81,18 @@ def sender_sums(own: Mapping[int, torch.Tensor], inbox: SenderInbox, net: RoundN
     from_sender[senders] = receivers.size + np.arange(senders.size)
     take = np.where(heard, from_sender[sender], slot[receiver])
     stack = [own[p] for p in receivers.tolist()] + [inbox.by_sender[q] for q in senders.tolist()]
+    return _slot_sums(receivers.tolist(), lengths, take, weight, stack)
+
+
+def _slot_sums(receivers: list[int], lengths: np.ndarray, take: np.ndarray, weight: np.ndarray,
+               stack: list[torch.Tensor]) -> dict[int, torch.Tensor] | None:
+    """Receiver -> its `_slot_product` sum over the vectors of `stack`, each in the vectors' shape; None when
+    they differ in shape, dtype or device."""
     first = stack[0]
     if any(x.shape != first.shape or x.dtype != first.dtype or x.device != first.device for x in stack):
         return None
     acc = _slot_product(lengths, take, weight, torch.stack(stack).reshape(len(stack), -1))
-    return dict(zip(receivers.tolist(), acc.reshape(receivers.size, *first.shape).unbind(0)))
+    return dict(zip(receivers, acc.reshape(len(receivers), *first.shape).unbind(0)))
 
 
 #: Bytes of a receiver block's sums kept while every slot adds into it (CPU): the block stays in a core's cache

@@ -9,11 +9,12 @@ run and metrics.jsonl go on as they would without it.
 """
 from __future__ import annotations
 
-import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
+
+from p2pfl.records import numeric_leaves
 
 #: The trackers --log may name (comma-separated; p2pfl.config.log_names reads the value).
 LOGGERS = ("tensorboard", "wandb")
@@ -23,28 +24,13 @@ TENSORBOARD_DIR = "tensorboard"
 WANDB_PROJECT = "p2pfl"
 
 
-def _per_peer(value: Mapping[Any, Any]) -> bool:
-    """A {peer: ...} map (its statistics over the peers, where a record has them, are the scalars)."""
-    return bool(value) and all(str(key).isdigit() for key in value)
-
-
 def scalars(record: Mapping[str, Any]) -> dict[str, float]:
     """A record's numbers as tracker scalars named `<type>/<key>`, nested keys joined by '/': every int and float
-    (non-finite ones too) but `round`, which is the step; per-peer maps, lists, strings, flags and None are left
-    out."""
-    out: dict[str, float] = {}
-
-    def walk(tag: str, value: Any) -> None:
-        if isinstance(value, numbers.Real) and not isinstance(value, bool):
-            out[tag] = float(value)
-        elif isinstance(value, Mapping) and not _per_peer(value):
-            for key, item in value.items():
-                walk(f"{tag}/{key}", item)
-
-    for key, value in record.items():
-        if key not in ("type", "round"):
-            walk(f"{record['type']}/{key}", value)
-    return out
+    (non-finite ones too) but `round`, which is the step; per-peer maps (their statistics over the peers, where a
+    record has them, are the scalars), lists, strings, flags and None are left out."""
+    body = {key: value for key, value in record.items() if key not in ("type", "round")}
+    return {"/".join((str(record["type"]), *path)): value
+            for path, peer, value in numeric_leaves(body) if peer is None}
 
 
 def hparam_values(config: Mapping[str, Any]) -> dict[str, bool | int | float | str]:
