@@ -37,6 +37,7 @@ from pathlib import Path
 
 from p2pfl.runtime.files import write_atomic
 
+from .metric_plots import metric_label
 from .report import _fmt_bytes, _md_table, print_written
 from .runs import Run, is_number
 from .study import (
@@ -235,7 +236,7 @@ def _plot_frontier(study: Study, all_arms: Sequence[Arm], ref: Arm, metric: str,
         low, high = ax.get_ylim()
         ax.set_ylim(low - 0.08 * (high - low), high + 0.05 * (high - low))
     ax.set_xlabel("total bytes sent over the run, all peers (mean over seeds; log)")
-    ax.set_ylabel(f"final {metric} (mean, {CONFIDENCE:.0%} CI)")
+    ax.set_ylabel(f"final {metric_label(metric)} (mean, {CONFIDENCE:.0%} CI)")
     ax.set_title(f"{study.name}: bytes–{metric} frontier; reference {ref.short}"
                  + ("; hollow/†: diverged" if any(a.diverged for a in drawn) else ""), fontsize=9)
     ax.grid(True, which="both", alpha=0.3)

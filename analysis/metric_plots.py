@@ -17,7 +17,7 @@ from matplotlib.ticker import MaxNLocator, NullLocator
 
 from p2pfl.records import SIM_TIME
 
-from .metric_panels import BYTES, LOSS_PANEL, X_LABELS, MetricPanel, Spread, metric_panels
+from .metric_panels import BYTES, LOSS_PANEL, X_LABELS, MetricPanel, Spread, metric_panels, split_metric_name
 from .runs import ROUND, Run, cumulative_bytes_per_peer
 from .style import (
     AVG_COLOUR,
@@ -32,7 +32,8 @@ from .style import (
     styled,
 )
 
-__all__ = ["METRIC_LABELS", "FILES", "metric_title", "metrics_figure", "figure_axes", "MANY_PEERS"]
+__all__ = ["METRIC_LABELS", "ROLE_LABELS", "FILES", "metric_title", "metric_label", "metrics_figure", "figure_axes",
+           "MANY_PEERS"]
 
 #: Readable titles of the metrics the methods record (others are titled by their key).
 METRIC_LABELS = {
@@ -42,6 +43,9 @@ METRIC_LABELS = {
     "distance_to_mean": "distance to the peers' mean", "distance_to_initial_mean": "distance to the initial mean",
     "mean_shift": "shift of the peers' mean", "error": "error",
 }
+#: How a study's metric key names its model or statistic (analysis.metric_panels.split_metric_name's roles).
+ROLE_LABELS = {"avg": "network average", "peer_mean": "peers' mean", "peer_min": "lowest peer",
+               "peer_max": "highest peer", "untrained": "untrained model", "value": ""}
 #: The file of each x.
 FILES = {ROUND: "metrics.png", SIM_TIME: "metrics_time.png", BYTES: "metrics_bytes.png"}
 #: Above this many peers a strip is drawn as small rasterised dots (K markers cost seconds at 2,000).
@@ -54,6 +58,14 @@ def metric_title(name: str) -> str:
     """A metric's title: its readable label and key (the key alone when it has no label)."""
     label = METRIC_LABELS.get(name)
     return f"{label} ({name})" if label and label != name else name
+
+
+def metric_label(key: str) -> str:
+    """An axis label for a study's metric key: ``test_acc_avg`` -> "test accuracy, network average",
+    ``loss_peer_max`` -> "loss, highest peer"; a base without a readable label stays as written."""
+    base, role = split_metric_name(key)
+    label = METRIC_LABELS.get(base, base)
+    return f"{label}, {ROLE_LABELS[role]}" if ROLE_LABELS[role] else label
 
 
 def _draw_spread_at(ax: Axes, x: float, spread: Spread, width: float) -> None:

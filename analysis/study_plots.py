@@ -18,6 +18,7 @@ from matplotlib.ticker import MaxNLocator
 from p2pfl.records import AVG, SIM_TIME, UNTRAINED
 
 from .metric_panels import BYTES, X_LABELS
+from .metric_plots import metric_label
 from .runs import ROUND, Run, cumulative_bytes_per_peer, is_number
 from .study import MEASURES, Group, Study, mean_ci
 from .style import (
@@ -135,7 +136,7 @@ def _against(ax, study: Study, metric: str, measure: str) -> bool:
         for x, y, name in zip(xs, ys, names):
             ax.annotate(name, (x, y), fontsize=7.5, xytext=(4, 4), textcoords="offset points")
     ax.set_xlabel(MEASURES[measure])
-    ax.set_ylabel(f"final {metric}")
+    ax.set_ylabel(f"final {metric_label(metric)}")
     ax.margins(x=0.1, y=0.08)  # room for the topology labels beside the outermost marks
     legend(ax)
     return bool(series)
@@ -234,7 +235,7 @@ def plot_metric_rounds(study: Study, metric: str, out_dir: Path) -> Path | None:
         return True
 
     return _multi_panel(study, out_dir / "metric_rounds.png", f"{study.name}: {metric} (mean, 95% CI over seeds)",
-                        metric, draw, reference=_untrained(_all_runs(study), metric))
+                        metric_label(metric), draw, reference=_untrained(_all_runs(study), metric))
 
 
 def held(curve: dict[float, float], xs: Iterable[float]) -> dict[float, float]:
@@ -262,7 +263,8 @@ def plot_metric_time(study: Study, metric: str, out_dir: Path) -> Path | None:
         return True
 
     return _multi_panel(study, out_dir / "metric_time.png",
-                        f"{study.name}: {metric} against simulated time (mean, 95% CI over seeds)", metric, draw,
+                        f"{study.name}: {metric} against simulated time (mean, 95% CI over seeds)",
+                        metric_label(metric), draw,
                         empty="no simulated time", x=SIM_TIME, reference=_untrained(_all_runs(study), metric))
 
 
@@ -324,7 +326,7 @@ def bytes_figure(study: Study, metric: str) -> Figure | None:
     if reference is not None:
         draw_reference(ax, reference, "untrained model")
     ax.set_xlabel(f"{X_LABELS[BYTES]} ({bytes_axis(ax, ax.get_xlim()[1])})")
-    ax.set_ylabel(metric)
+    ax.set_ylabel(metric_label(metric))
     ax.set_title(f"{study.name}: {metric} against traffic (mean, 95% CI over seeds)")
     legend(ax, extra=[_ci_key()])
     fig.tight_layout()

@@ -247,3 +247,20 @@ def test_bytes_figure_x_is_the_mean_over_seeds_of_the_cumulative_bytes_per_peer(
         assert list(lines[label].get_ydata()) == pytest.approx([np.mean(acc[t]) for t in rounds])
     assert [t.get_text() for t in ax.get_legend().get_texts()].count(CI_KEY) == 1
     assert ax.get_xlabel().startswith("data sent per peer (")
+    assert ax.get_ylabel() == "test accuracy, network average"
+
+
+@pytest.mark.parametrize("key, label", [
+    ("test_acc_avg", "test accuracy, network average"),
+    ("knn_acc_peer_mean", "kNN accuracy, peers' mean"),
+    ("probe_acc_peer_min", "linear-probe accuracy, lowest peer"),
+    ("drift_to_avg_peer_max", "distance to the average, highest peer"),
+    ("knn_acc_untrained", "kNN accuracy, untrained model"),
+    ("distance_to_mean_peer_mean", "distance to the peers' mean, peers' mean"),
+    ("consensus_distance", "consensus_distance"),  # no label, no role: the key as written
+    ("my_metric_avg", "my_metric, network average"),
+])
+def test_study_axes_name_metric_and_model(key, label):
+    from analysis.metric_plots import metric_label
+
+    assert metric_label(key) == label
