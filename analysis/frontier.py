@@ -37,7 +37,6 @@ from pathlib import Path
 
 from p2pfl.runtime.files import write_atomic
 
-from .metric_plots import metric_label
 from .report import _fmt_bytes, _md_table, print_written
 from .runs import Run, is_number
 from .study import (
@@ -208,6 +207,7 @@ def plot_frontier(study: Study, all_arms: Sequence[Arm], ref: Arm, metric: str, 
 
 
 def _plot_frontier(study: Study, all_arms: Sequence[Arm], ref: Arm, metric: str, path: Path) -> Path:
+    from .metric_plots import metric_label
     from .style import PALETTE, new_figure, save
 
     fig = new_figure(9, 5.5)
@@ -255,6 +255,8 @@ _OFFSETS = [(dx, dy) for step in range(0, 6) for dy in ((0,) if step == 0 else (
 
 def _place_labels(fig, ax, drawn: Sequence[Arm], colours: Sequence, ref: Arm) -> None:
     """Annotate each point with its arm's labels where the text covers no point and no other label."""
+    from .style import text_colour
+
     renderer = fig.canvas.get_renderer()
     points = [ax.transData.transform((a.total_bytes, a.interval.mean)) for a in drawn]
     pad = 4.0
@@ -270,7 +272,7 @@ def _place_labels(fig, ax, drawn: Sequence[Arm], colours: Sequence, ref: Arm) ->
             if label is not None:
                 label.remove()
             label = ax.annotate(text, (arm.total_bytes, arm.interval.mean), xytext=(dx, dy),
-                                textcoords="offset points", fontsize=7, color=colour,
+                                textcoords="offset points", fontsize=7, color=text_colour(colour),
                                 ha="left" if dx > 0 else "right", va="center")
             ext = label.get_window_extent(renderer)
             box = (ext.x0, ext.y0, ext.x1, ext.y1)

@@ -25,14 +25,15 @@ from cycler import cycler
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from p2pfl.runtime.files import write_atomic
 
 __all__ = ["PALETTE", "AVG_COLOUR", "PEER_COLOUR", "REFERENCE_COLOUR", "BAND_ALPHA", "LINE_WIDTH", "REFERENCE_STYLE",
-           "RC", "styled", "grid", "new_figure", "save", "colour", "draw_band", "draw_reference", "legend",
-           "byte_unit", "bytes_axis", "spans"]
+           "RC", "styled", "grid", "new_figure", "save", "colour", "luminance", "text_colour", "draw_band",
+           "draw_reference", "legend", "byte_unit", "bytes_axis", "spans"]
 
 #: Okabe–Ito: distinguishable with the common colour-vision deficiencies and in greyscale print.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
@@ -90,6 +91,23 @@ def grid(n: int) -> tuple[int, int]:
 def colour(i: int) -> str:
     """The i-th series colour (cycling)."""
     return PALETTE[i % len(PALETTE)]
+
+
+def luminance(colour: str) -> float:
+    """WCAG relative luminance of a colour (0 black .. 1 white)."""
+    channels = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in to_rgb(colour)]
+    return 0.2126 * channels[0] + 0.7152 * channels[1] + 0.0722 * channels[2]
+
+
+def text_colour(colour: str, contrast: float = 3.0) -> tuple[float, float, float]:
+    """``colour`` darkened (its hue kept) until text in it has at least ``contrast`` : 1 against white (WCAG's
+    ratio; 3 for labels): the palette's yellow reads on a line but not as a word."""
+    rgb = to_rgb(colour)
+    for step in range(21):
+        darker = tuple(c * (1 - step / 20) for c in rgb)
+        if 1.05 / (luminance(darker) + 0.05) >= contrast:  # type: ignore[arg-type]
+            return darker  # type: ignore[return-value]
+    return (0.0, 0.0, 0.0)
 
 
 def draw_band(ax: Axes, xs: Sequence[float], low: Sequence[float], high: Sequence[float], colour: str,

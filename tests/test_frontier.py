@@ -86,3 +86,27 @@ def test_reference_option_and_errors(study, tmp_path, capsys):
     assert rows["dense"]["verdict"] == "within"  # 0.82 in 0.81 ± 0.0497
     assert frontier_main([str(study), "--reference", "nope", "--out", str(out)]) == 2
     assert "no arm is labelled 'nope'" in capsys.readouterr().err
+
+
+def test_label_colours_read_on_white():
+    """Every palette colour, as label text, reaches WCAG's 3:1 contrast against white (checked with the WCAG
+    formula written here); colours that already do are kept, the others only darkened (hue kept)."""
+    from matplotlib.colors import to_rgb
+
+    from analysis.style import PALETTE, text_colour
+
+    def lum(rgb):
+        lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    darkened = 0
+    for colour in PALETTE:
+        rgb, text = to_rgb(colour), text_colour(colour)
+        assert 1.05 / (lum(text) + 0.05) >= 3.0, colour
+        if 1.05 / (lum(rgb) + 0.05) >= 3.0:
+            assert text == pytest.approx(rgb)
+        else:
+            darkened += 1
+            scale = [t / c for t, c in zip(text, rgb) if c > 0]
+            assert max(scale) - min(scale) < 1e-12 and 0 < scale[0] < 1
+    assert darkened >= 1  # the palette's yellow (#F0E442) is one
