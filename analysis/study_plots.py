@@ -1,7 +1,9 @@
 """Figures of a study report (analysis.study), written into the report folder.
 
 Groups (points that differ only by seed) are drawn as one mark or line with its 95% Student-t interval over the
-seeds; groups that share the labels of every axis but ``topology`` form one series (one colour). Each figure
+seeds; groups that share the labels of every axis but ``topology`` form one series (one colour). In a study whose
+arms set the topology in their options (no ``topology`` axis), the measure figures mark each arm with its own
+shape instead, coloured by the other axes, arms at one measure side by side. Each figure
 function returns the written path, or None when the runs lack its data; files are replaced atomically.
 """
 from __future__ import annotations
@@ -12,8 +14,10 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
+from matplotlib.transforms import offset_copy
 
 from p2pfl.records import AVG, SIM_TIME, UNTRAINED
 
@@ -36,7 +40,7 @@ from .style import (
 )
 
 __all__ = ["plot_study", "plot_gap", "plot_measures", "plot_metric_rounds", "plot_metric_time", "plot_consensus",
-           "plot_bytes", "bytes_figure", "cumulative_bytes_per_peer", "held"]
+           "plot_bytes", "bytes_figure", "cumulative_bytes_per_peer", "held", "topology_axes"]
 
 TOPOLOGY_AXIS = "topology"
 Band = tuple[list[float], list[float], list[float], list[float]]  # x, mean, low, high
@@ -118,9 +122,73 @@ def _panels(study: Study) -> dict[str, list[Group]]:
     return panels
 
 
-def _against(ax, study: Study, metric: str, measure: str) -> bool:
+def topology_axes(study: Study) -> list[str]:
+    """The axes whose label fixes the topology: ``topology`` itself, or, in a study without one, every axis each
+    of whose labels ran on one topology only while the axis spans several (a ``scheme`` axis whose arms set
+    ``topology:`` in their options)."""
+    if TOPOLOGY_AXIS in study.group_axes:
+        return [TOPOLOGY_AXIS]
+    carrying = []
+    for axis in study.group_axes:
+        seen: dict[str, set[str]] = {}
+        for group in study.groups:
+            if _runs(group):
+                seen.setdefault(group.axes[axis], set()).add(_topology(group))
+        if len({t for ts in seen.values() for t in ts}) > 1 and all(len(ts) == 1 for ts in seen.values()):
+            carrying.append(axis)
+    return carrying
+
+
+#: Marker shapes of a study's arms in the measure figures when arms, not a topology axis, set the topology.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+#: Points at one measure value are set this many display points apart, side by side (their x is the same).
+DODGE_PT = 7.0
+
+
+def _against(ax, study: Study, metric: str, measure: str, key: bool = True) -> bool:
     """Draw each group's final metric (mean, 95% interval over seeds as error bars) against its topology measure
-    (analysis.study.MEASURES), one series per combination of the other axes; whether anything was drawn."""
+    (analysis.study.MEASURES); whether anything was drawn. With a ``topology`` axis: one line per combination of
+    the other axes, each mark labelled with its topology. Where other axes set the topology (``topology_axes``):
+    colour by the remaining axes, marker by the topology-setting labels, no lines, and marks that share a
+    measure value set side by side; the key (legend) beside the panel, drawn where ``key``."""
+    carrying = topology_axes(study)
+    if TOPOLOGY_AXIS in carrying or not carrying:
+        return _against_lines(ax, study, metric, measure)
+    marks = []
+    for group in study.groups:
+        iv, x = group.interval(metric), group.measure(measure)
+        if iv is not None and x is not None:
+            colour_key = ", ".join(f"{a}={group.axes[a]}" for a in study.group_axes if a not in carrying)
+            marker_key = ", ".join(group.axes[a] for a in carrying)
+            marks.append((x, iv.mean, iv.half_width or 0.0, colour_key or "mean over seeds", marker_key))
+    colour_keys = list(dict.fromkeys(m[3] for m in marks))
+    marker_keys = list(dict.fromkeys(m[4] for m in marks))
+    at_x: dict[float, list[int]] = {}
+    for i, m in enumerate(marks):
+        at_x.setdefault(m[0], []).append(i)
+    fig = ax.figure
+    for x, members in at_x.items():
+        members.sort(key=lambda i: (marker_keys.index(marks[i][4]), colour_keys.index(marks[i][3])))
+        for k, i in enumerate(members):
+            _, y, half, colour_key, marker_key = marks[i]
+            shift = offset_copy(ax.transData, fig=fig, x=(k - (len(members) - 1) / 2) * DODGE_PT, units="points")
+            ax.errorbar([x], [y], yerr=[half], fmt=MARKERS[marker_keys.index(marker_key) % len(MARKERS)],
+                        color=PALETTE[colour_keys.index(colour_key) % len(PALETTE)], capsize=2, markersize=5,
+                        elinewidth=1, transform=shift)
+    ax.set_xlabel(MEASURES[measure])
+    ax.set_ylabel(f"final {metric_label(metric)}")
+    ax.margins(x=0.1, y=0.08)
+    handles = [Line2D([], [], color=PALETTE[i % len(PALETTE)], marker="s", linestyle="", label=key)
+               for i, key in enumerate(colour_keys)]
+    handles += [Line2D([], [], color="0.3", marker=MARKERS[i % len(MARKERS)], linestyle="", label=key)
+                for i, key in enumerate(marker_keys)]
+    if handles and key:
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    return bool(marks)
+
+
+def _against_lines(ax, study: Study, metric: str, measure: str) -> bool:
+    """``_against`` for a study with a topology axis: one series (line) per combination of the other axes."""
     colours = _colours(study)
     series: dict[str, list[tuple[float, float, float, str]]] = {}
     for group in study.groups:
@@ -163,7 +231,7 @@ def plot_measures(study: Study, metric: str, out_dir: Path) -> Path | None:
     drawn = False
     for i, measure in enumerate(MEASURES):
         ax = fig.add_subplot(1, len(MEASURES), i + 1)
-        here = _against(ax, study, metric, measure)
+        here = _against(ax, study, metric, measure, key=i == len(MEASURES) - 1)
         if not here:
             ax.text(0.5, 0.5, f"no {measure}", ha="center", va="center", transform=ax.transAxes)
         drawn |= here

@@ -264,3 +264,49 @@ def test_study_axes_name_metric_and_model(key, label):
     from analysis.metric_plots import metric_label
 
     assert metric_label(key) == label
+
+
+def test_arms_that_set_the_topology_get_markers_side_by_side(study, tmp_path):
+    """A study whose topology comes from another axis's options (a `scheme` axis, as in the optimisers study):
+    that axis is found as the topology-setting one; each arm is one mark (its marker) at its measure, y its
+    seeds' mean; arms at one measure value sit DODGE_PT points apart around the true x; the key names both."""
+    from analysis.study_plots import DODGE_PT, _against, topology_axes
+    from analysis.style import new_figure
+
+    scheme = {("cycle", 1): "x-ring", ("cycle", 2): "y-ring", ("complete", 1): "complete-arm",
+              ("complete", 2): "complete-arm", ("star", 1): "star-arm"}
+    root = tmp_path / "by-scheme"
+    root.mkdir()
+    (root / "runs").symlink_to(study / "runs")
+    entries = [{"name": point_name(t, s), "options": {},
+                "axes": {"scheme": arm, "data": "synthetic", "seed": str(s)}} for (t, s), arm in scheme.items()]
+    (root / "plan.json").write_text(json.dumps({"name": "arms", "axes": ["scheme", "data", "seed"],
+                                                "points": entries}))
+    assert topology_axes(load_study(study)) == ["topology"]
+    arms = load_study(root)
+    assert topology_axes(arms) == ["scheme"]
+
+    fig = new_figure(6, 4)
+    ax = fig.add_subplot(1, 1, 1)
+    assert _against(ax, arms, METRIC, "spectral_gap")
+    fig.canvas.draw()
+    marks = {}
+    for container in ax.containers:
+        line = container.lines[0]
+        (x,), (y,) = line.get_xdata(), line.get_ydata()
+        marks[line.get_marker()] = (x, y, line.get_transform().transform((x, y))[0], ax.transData.transform((x, y))[0])
+    assert len(marks) == 4  # one marker shape per arm
+    by_arm = {}
+    for (t, s), arm in scheme.items():
+        by_arm.setdefault(arm, []).append(summary_final(study, t, s)[METRIC])
+    gaps = {g.axes["scheme"]: g.measure("spectral_gap") for g in arms.groups}
+    for arm, values in by_arm.items():
+        assert any(x == gaps[arm] and y == pytest.approx(np.mean(values)) for x, y, _, _ in marks.values()), arm
+    ring = sorted((shown, true) for x, _, shown, true in marks.values() if x == gaps["x-ring"])
+    assert len(ring) == 2
+    assert ring[1][0] - ring[0][0] == pytest.approx(DODGE_PT * fig.dpi / 72)
+    assert ring[0][0] + ring[1][0] == pytest.approx(2 * ring[0][1])  # side by side around the true x
+    lone = [(shown, true) for x, _, shown, true in marks.values() if x != gaps["x-ring"]]
+    assert all(shown == pytest.approx(true) for shown, true in lone)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["data=synthetic", "x-ring", "y-ring", "complete-arm", "star-arm"]
