@@ -142,7 +142,7 @@ def topology_axes(study: Study) -> list[str]:
 #: Marker shapes of a study's arms in the measure figures when arms, not a topology axis, set the topology.
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 #: Points at one measure value are set this many display points apart, side by side (their x is the same).
-DODGE_PT = 7.0
+DODGE_PT = 3.0
 
 
 def _against(ax, study: Study, metric: str, measure: str, key: bool = True) -> bool:
@@ -154,15 +154,20 @@ def _against(ax, study: Study, metric: str, measure: str, key: bool = True) -> b
     carrying = topology_axes(study)
     if TOPOLOGY_AXIS in carrying or not carrying:
         return _against_lines(ax, study, metric, measure)
+
+    def keys(group: Group) -> tuple[str, str]:
+        colour_key = ", ".join(f"{a}={group.axes[a]}" for a in study.group_axes if a not in carrying)
+        return colour_key or "mean over seeds", ", ".join(group.axes[a] for a in carrying)
+
+    # colours and markers from every group with the metric, so that they mean the same in every panel
+    scored = [g for g in study.groups if g.interval(metric) is not None]
+    colour_keys = list(dict.fromkeys(keys(g)[0] for g in scored))
+    marker_keys = list(dict.fromkeys(keys(g)[1] for g in scored))
     marks = []
-    for group in study.groups:
+    for group in scored:
         iv, x = group.interval(metric), group.measure(measure)
         if iv is not None and x is not None:
-            colour_key = ", ".join(f"{a}={group.axes[a]}" for a in study.group_axes if a not in carrying)
-            marker_key = ", ".join(group.axes[a] for a in carrying)
-            marks.append((x, iv.mean, iv.half_width or 0.0, colour_key or "mean over seeds", marker_key))
-    colour_keys = list(dict.fromkeys(m[3] for m in marks))
-    marker_keys = list(dict.fromkeys(m[4] for m in marks))
+            marks.append((x, iv.mean, iv.half_width or 0.0, *keys(group)))
     at_x: dict[float, list[int]] = {}
     for i, m in enumerate(marks):
         at_x.setdefault(m[0], []).append(i)
@@ -175,13 +180,15 @@ def _against(ax, study: Study, metric: str, measure: str, key: bool = True) -> b
             ax.errorbar([x], [y], yerr=[half], fmt=MARKERS[marker_keys.index(marker_key) % len(MARKERS)],
                         color=PALETTE[colour_keys.index(colour_key) % len(PALETTE)], capsize=2, markersize=5,
                         elinewidth=1, transform=shift)
+            ax.update_datalim([(x, y - half), (x, y + half)])  # artists off transData do not extend the limits
+    ax.autoscale_view()
     ax.set_xlabel(MEASURES[measure])
     ax.set_ylabel(f"final {metric_label(metric)}")
     ax.margins(x=0.1, y=0.08)
-    handles = [Line2D([], [], color=PALETTE[i % len(PALETTE)], marker="s", linestyle="", label=key)
-               for i, key in enumerate(colour_keys)]
-    handles += [Line2D([], [], color="0.3", marker=MARKERS[i % len(MARKERS)], linestyle="", label=key)
-                for i, key in enumerate(marker_keys)]
+    handles = [Line2D([], [], color=PALETTE[i % len(PALETTE)], marker="s", linestyle="", label=name)
+               for i, name in enumerate(colour_keys)]
+    handles += [Line2D([], [], color="0.3", marker=MARKERS[i % len(MARKERS)], linestyle="", label=name)
+                for i, name in enumerate(marker_keys)]
     if handles and key:
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     return bool(marks)

@@ -308,5 +308,9 @@ def test_arms_that_set_the_topology_get_markers_side_by_side(study, tmp_path):
     assert ring[0][0] + ring[1][0] == pytest.approx(2 * ring[0][1])  # side by side around the true x
     lone = [(shown, true) for x, _, shown, true in marks.values() if x != gaps["x-ring"]]
     assert all(shown == pytest.approx(true) for shown, true in lone)
+    low, high = ax.get_ylim()
+    for group in arms.groups:  # every error bar inside the panel
+        iv = group.interval(METRIC)
+        assert low <= iv.mean - (iv.half_width or 0.0) and iv.mean + (iv.half_width or 0.0) <= high
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels == ["data=synthetic", "x-ring", "y-ring", "complete-arm", "star-arm"]
