@@ -46,9 +46,9 @@ TOPOLOGY_AXIS = "topology"
 Band = tuple[list[float], list[float], list[float], list[float]]  # x, mean, low, high
 
 
-def _series_key(study: Study, group: Group) -> str:
-    """The group's labels on every axis but topology and seed: what one series (colour) stands for."""
-    return ", ".join(f"{a}={group.axes[a]}" for a in study.group_axes if a != TOPOLOGY_AXIS) or "mean over seeds"
+def _series_key(study: Study, group: Group, topology: Iterable[str] = (TOPOLOGY_AXIS,)) -> str:
+    """The group's labels on every axis but the ``topology`` ones and seed: what one series (colour) stands for."""
+    return ", ".join(f"{a}={group.axes[a]}" for a in study.group_axes if a not in topology) or "mean over seeds"
 
 
 def _topology(group: Group) -> str:
@@ -153,21 +153,26 @@ def _against(ax, study: Study, metric: str, measure: str, key: bool = True) -> b
     measure value set side by side; the key (legend) beside the panel, drawn where ``key``."""
     carrying = topology_axes(study)
     if TOPOLOGY_AXIS in carrying or not carrying:
-        return _against_lines(ax, study, metric, measure)
+        drawn = _against_lines(ax, study, metric, measure)
+    else:
+        drawn = _against_arms(ax, study, metric, measure, carrying, key)
+    ax.set_xlabel(MEASURES[measure])
+    ax.set_ylabel(f"final {metric_label(metric)}")
+    ax.margins(x=0.1, y=0.08)  # room for the labels and dodged marks beside the outermost values
+    return drawn
 
+
+def _against_arms(ax, study: Study, metric: str, measure: str, carrying: list[str], key: bool) -> bool:
+    """``_against`` where the ``carrying`` axes set the topology: a marker per arm, a colour per series."""
     def keys(group: Group) -> tuple[str, str]:
-        colour_key = ", ".join(f"{a}={group.axes[a]}" for a in study.group_axes if a not in carrying)
-        return colour_key or "mean over seeds", ", ".join(group.axes[a] for a in carrying)
+        return _series_key(study, group, carrying), ", ".join(group.axes[a] for a in carrying)
 
     # colours and markers from every group with the metric, so that they mean the same in every panel
-    scored = [g for g in study.groups if g.interval(metric) is not None]
-    colour_keys = list(dict.fromkeys(keys(g)[0] for g in scored))
-    marker_keys = list(dict.fromkeys(keys(g)[1] for g in scored))
-    marks = []
-    for group in scored:
-        iv, x = group.interval(metric), group.measure(measure)
-        if iv is not None and x is not None:
-            marks.append((x, iv.mean, iv.half_width or 0.0, *keys(group)))
+    scored = [(g, iv) for g in study.groups if (iv := g.interval(metric)) is not None]
+    colour_keys = list(dict.fromkeys(keys(g)[0] for g, _ in scored))
+    marker_keys = list(dict.fromkeys(keys(g)[1] for g, _ in scored))
+    marks = [(x, iv.mean, iv.half_width or 0.0, *keys(g))
+             for g, iv in scored if (x := g.measure(measure)) is not None]
     at_x: dict[float, list[int]] = {}
     for i, m in enumerate(marks):
         at_x.setdefault(m[0], []).append(i)
@@ -182,9 +187,6 @@ def _against(ax, study: Study, metric: str, measure: str, key: bool = True) -> b
                         elinewidth=1, transform=shift)
             ax.update_datalim([(x, y - half), (x, y + half)])  # artists off transData do not extend the limits
     ax.autoscale_view()
-    ax.set_xlabel(MEASURES[measure])
-    ax.set_ylabel(f"final {metric_label(metric)}")
-    ax.margins(x=0.1, y=0.08)
     handles = [Line2D([], [], color=PALETTE[i % len(PALETTE)], marker="s", linestyle="", label=name)
                for i, name in enumerate(colour_keys)]
     handles += [Line2D([], [], color="0.3", marker=MARKERS[i % len(MARKERS)], linestyle="", label=name)
@@ -210,9 +212,6 @@ def _against_lines(ax, study: Study, metric: str, measure: str) -> bool:
         ax.errorbar(xs, ys, yerr=err, fmt="-o", color=colours[key], capsize=4, markersize=5, label=key)
         for x, y, name in zip(xs, ys, names):
             ax.annotate(name, (x, y), fontsize=7.5, xytext=(4, 4), textcoords="offset points")
-    ax.set_xlabel(MEASURES[measure])
-    ax.set_ylabel(f"final {metric_label(metric)}")
-    ax.margins(x=0.1, y=0.08)  # room for the topology labels beside the outermost marks
     legend(ax)
     return bool(series)
 
