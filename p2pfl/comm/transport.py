@@ -41,11 +41,10 @@ from mpi4py import MPI
 
 from p2pfl.comm.inbox import LinkArrays, Links, SenderInbox
 from p2pfl.comm.placement import Placement
-from p2pfl.comm.watchdog import Watchdog
+from p2pfl.comm.watchdog import Expiry
 from p2pfl.comm.world import POLL_FIRST_S, POLL_MAX_S, World
 
 Inbox = Mapping[int, dict[int, torch.Tensor]]  # local receiver -> {sender: payload}, senders ascending
-TIMEOUT_EXIT = 3  # exit status of a job whose exchange waited past --timeout
 _MAX_DIMS = 8
 _HEADER = 3 + _MAX_DIMS  # nbytes, dtype code, ndim, shape
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
@@ -271,8 +270,7 @@ class Transport:
     """Neighbour exchange for the peers hosted by this rank."""
 
     def __init__(self, world: World, graph: nx.Graph, placement: Placement, timeout: float,
-                 chunk_bytes: int = 1 << 30, cuda_aware: bool = False,
-                 on_timeout: Callable[[str], None] | None = None, pack_bytes: int = PACK_BYTES) -> None:
+                 chunk_bytes: int = 1 << 30, cuda_aware: bool = False, pack_bytes: int = PACK_BYTES) -> None:
         self.world = world
         self.placement = placement
         self.timeout = timeout
@@ -294,7 +292,8 @@ class Transport:
         self._peer_span = span
         tag_ub = self.comm.Get_attr(MPI.TAG_UB) if self.comm is not None else (1 << 29) - 1
         self._seq_span = (int(tag_ub) + 1) // (2 * span)
-        self._watchdog = Watchdog(on_timeout or self._abort_job) if self.comm is not None else None
+        #: The world's (one per process, shared with its collectives; ends the job with watchdog.TIMEOUT_EXIT).
+        self._watchdog = world.watchdog if self.comm is not None else None
         #: The plan of the last links seen (the same mapping object round after round on a static network).
         self._planned: tuple[Links, tuple[dict[int, list[int]], dict[int, list[int]], set[int]]] | None = None
         self._arrays: tuple[Links, LinkArrays] | None = None
@@ -302,10 +301,6 @@ class Transport:
     def tag(self, seq: int, peer: int, part: int) -> int:
         """The tag of `peer`'s header (part 0) or data (part 1) in call `seq`."""
         return ((seq % self._seq_span) * self._peer_span + peer % self._peer_span) * 2 + part
-
-    def _abort_job(self, message: str) -> None:
-        """The watchdog's default: the message is printed already; end every rank with TIMEOUT_EXIT."""
-        self.world.abort(TIMEOUT_EXIT)
 
     def all_links(self, peers: Iterable[int] | None = None) -> dict[int, tuple[int, ...]]:
         """Every support edge both ways among `peers` (default: all peers): the static exchange."""
@@ -476,19 +471,20 @@ class Transport:
             return
         done = np.zeros(len(requests), dtype=bool)
 
-        def describe() -> str:
+        def describe(expiry: Expiry) -> str:
             missing = sorted({owner[i] for i in range(len(requests)) if not done[i] and owner[i] >= 0})
             if not missing:
-                return (f"p2pfl: timeout: rank {self.world.rank} waited {self.timeout:g} s in round {pending.round} "
-                        f"for its sends to complete")
+                return (f"p2pfl: timeout: rank {self.world.rank} waited {expiry.seconds()} s in round "
+                        f"{pending.round} for its sends to complete{expiry.when()}{expiry.absent(always=False)}")
             q = missing[0]
             waiter = next(p for p in pending._receivers if q in pending._links[p])
-            return (f"p2pfl: timeout: peer {waiter} (rank {self.world.rank}) waited {self.timeout:g} s in round "
+            return (f"p2pfl: timeout: peer {waiter} (rank {self.world.rank}) waited {expiry.seconds()} s in round "
                     f"{pending.round} for neighbour {q} (rank {self.placement.rank_of(q)})"
-                    + (f"; also missing: {missing[1:]}" if len(missing) > 1 else ""))
+                    + (f"; also missing: {missing[1:]}" if len(missing) > 1 else "")
+                    + expiry.when() + expiry.absent(always=False))
 
-        assert self._watchdog is not None
-        self._watchdog.arm(self.timeout, describe)
+        if self._watchdog is not None:  # None: a World made by hand, without a deadline
+            self._watchdog.arm(self.timeout, describe)
         try:
             remaining, pause = len(requests), POLL_FIRST_S
             while remaining:
@@ -506,4 +502,5 @@ class Transport:
                 done[list(indices)] = True
                 remaining = int((~done).sum())
         finally:
-            self._watchdog.disarm()
+            if self._watchdog is not None:
+                self._watchdog.disarm()

@@ -1,7 +1,9 @@
 """The process world: MPI when launched by mpirun/srun, a single process otherwise.
 
 `World` is the only place that touches `MPI.COMM_WORLD`. Its collectives work the same in one process, so
-callers never special-case `size == 1`: there they return the caller's own object, uncopied, without MPI.
+callers never special-case `size == 1`: there they return the caller's own object, uncopied, without MPI. Across
+ranks every collective waits under the deadline `timeout` (--timeout): past it, every live rank prints one line
+naming the call, its caller, the round and the ranks that did not arrive, and the job ends with TIMEOUT_EXIT.
 """
 from __future__ import annotations
 
@@ -10,16 +12,24 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 from mpi4py import MPI
+
+from p2pfl.comm.watchdog import TIMEOUT_EXIT, Alarm, Expiry, Watchdog
+
+T = TypeVar("T")
 
 #: Seconds between flushing a failing rank's output and MPI_Abort.
 ABORT_GRACE_S = 0.5
 #: First and longest sleep (s) between two polls of a rank that waits on an oversubscribed node.
 POLL_FIRST_S, POLL_MAX_S = 1e-4, 5e-3
+#: The deadline of a collective before the configuration is read (--timeout's default); the run sets its own.
+DEFAULT_TIMEOUT_S = 300.0
+#: The process's watchdog across ranks, made by the first `World.detect` of a job of several ranks.
+_WATCHDOG: Watchdog | None = None
 
 
 def poll_until(done: Callable[[], bool]) -> None:
@@ -35,12 +45,38 @@ def poll_until(done: Callable[[], bool]) -> None:
         pause = min(2 * pause, POLL_MAX_S)
 
 
+def function_name(code: Any) -> str:
+    """A code object's qualified name (Runner.checkpoint) where Python keeps it (3.11), else its plain name."""
+    return getattr(code, "co_qualname", code.co_name)
+
+
 def _oversubscribed(ranks_on_node: int) -> bool:
     """More ranks on this node than cores; P2PFL_OVERSUBSCRIBED=1 or 0 overrides the count."""
     forced = os.environ.get("P2PFL_OVERSUBSCRIBED")
     if forced in ("0", "1"):
         return forced == "1"
     return ranks_on_node > (os.cpu_count() or 1)
+
+
+def _abort(comm: Any, code: int) -> None:
+    """Flush this rank's output, give it a moment to reach the launcher, then MPI_Abort the job with `code`.
+
+    mpirun tears the job down on MPI_Abort and can drop what was still in flight (seen: about 1 run in 10 lost
+    the traceback)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    time.sleep(ABORT_GRACE_S)
+    comm.Abort(code)
+
+
+def _watchdog(comm: Any) -> Watchdog:
+    """The process's watchdog (made once, collectively): it aborts the job with TIMEOUT_EXIT, and alarms the
+    other ranks where MPI lets a second thread call it (MPI_THREAD_MULTIPLE, mpi4py's default)."""
+    global _WATCHDOG
+    if _WATCHDOG is None:
+        alarm = Alarm(comm.Dup()) if MPI.Query_thread() == MPI.THREAD_MULTIPLE else None
+        _WATCHDOG = Watchdog(lambda message: _abort(comm, TIMEOUT_EXIT), alarm)
+    return _WATCHDOG
 
 
 @dataclass
@@ -55,6 +91,12 @@ class World:
     host: str
     #: More ranks on this node than cores: waits sleep between polls (`poll_until`) instead of spinning.
     oversubscribed: bool = False
+    #: Seconds a collective may wait before the job aborts (--timeout once the run's configuration is read).
+    timeout: float = DEFAULT_TIMEOUT_S
+    #: The round under way (the runner tells it; None in set-up), for the timeout's line.
+    round: int | None = None
+    #: The deadline's keeper (None in one process, where nothing waits).
+    watchdog: Watchdog | None = field(default=None, repr=False)
 
     @classmethod
     def detect(cls) -> World:
@@ -62,7 +104,8 @@ class World:
         node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
         world = cls(comm=comm, rank=comm.Get_rank(), size=comm.Get_size(), local_rank=node.Get_rank(),
                     local_size=node.Get_size(), host=socket.gethostname(),
-                    oversubscribed=_oversubscribed(node.Get_size()))
+                    oversubscribed=_oversubscribed(node.Get_size()),
+                    watchdog=_watchdog(comm) if comm.Get_size() > 1 else None)
         node.Free()
         return world
 
@@ -81,46 +124,62 @@ class World:
         if self.oversubscribed and not self.alone:
             poll_until(self.comm.Ibarrier().Test)
 
-    def barrier(self) -> None:
-        if not self.alone:
-            self.settle()
-            self.comm.Barrier()
+    def timeout_line(self, call: str, caller: str, round: int | None, expiry: Expiry) -> str:
+        """The line a rank prints when its collective `call` from `caller` waited past the deadline."""
+        when = f"in round {round}" if round is not None else "in set-up"
+        return (f"p2pfl: timeout: rank {self.rank} waited {expiry.seconds()} s {when} in {call} from {caller}"
+                f"{expiry.when()}{expiry.absent()}")
 
-    def bcast(self, obj: Any, root: int = 0) -> Any:
+    def _guarded(self, call: str, caller: str | None, collective: Callable[[], T]) -> T:
+        """settle, then `collective`, under the deadline; `caller` defaults to the function calling the World."""
+        if self.watchdog is None:
+            self.settle()
+            return collective()
+        name = caller or function_name(sys._getframe(2).f_code)
+        round = self.round
+        self.watchdog.arm(self.timeout, lambda expiry: self.timeout_line(call, name, round, expiry))
+        try:
+            self.settle()
+            return collective()
+        finally:
+            self.watchdog.disarm()
+
+    def barrier(self, caller: str | None = None) -> None:
+        """Wait until every rank has arrived. `caller` (here and in every collective) names the purpose in the
+        timeout's line; by default the calling function's name."""
+        if not self.alone:
+            self._guarded("barrier", caller, self.comm.Barrier)
+
+    def bcast(self, obj: Any, root: int = 0, caller: str | None = None) -> Any:
         """Broadcast a small Python object (control data only; never model state)."""
         if self.alone:
             return obj
-        self.settle()
-        return self.comm.bcast(obj, root=root)
+        return self._guarded("bcast", caller, lambda: self.comm.bcast(obj, root=root))
 
-    def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
+    def gather(self, obj: Any, root: int = 0, caller: str | None = None) -> list[Any] | None:
         """Gather small per-rank records (metrics, placement) to the root, in rank order; None elsewhere."""
         if self.alone:
             return [obj]
-        self.settle()
-        return self.comm.gather(obj, root=root)
+        return self._guarded("gather", caller, lambda: self.comm.gather(obj, root=root))
 
-    def allgather(self, obj: Any) -> list[Any]:
+    def allgather(self, obj: Any, caller: str | None = None) -> list[Any]:
         """Every rank's small record, in rank order, on every rank."""
         if self.alone:
             return [obj]
-        self.settle()
-        return self.comm.allgather(obj)
+        return self._guarded("allgather", caller, lambda: self.comm.allgather(obj))
 
-    def allreduce_max(self, value: float) -> float:
+    def allreduce_max(self, value: float, caller: str | None = None) -> float:
         """The largest of every rank's `value`, on every rank."""
         if self.alone:
             return value
-        self.settle()
-        return float(self.comm.allreduce(value, op=MPI.MAX))
+        return float(self._guarded("allreduce (max)", caller, lambda: self.comm.allreduce(value, op=MPI.MAX)))
 
-    def allreduce_sum_(self, array: np.ndarray) -> np.ndarray:
+    def allreduce_sum_(self, array: np.ndarray, caller: str | None = None) -> np.ndarray:
         """Replace `array` (contiguous, numeric) by the elementwise sum over every rank's array; returns it.
 
         Integer sums are exact, so a fixed-point sum does not depend on the order of the reduction."""
         if not self.alone:
-            self.settle()
-            self.comm.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM)
+            self._guarded("allreduce (sum)", caller, lambda: self.comm.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM))
         return array
 
     def neighbour_comm(self, ranks: list[int]) -> Any | None:
@@ -130,11 +189,5 @@ class World:
         return self.comm.Create_dist_graph_adjacent(ranks, ranks, reorder=False)
 
     def abort(self, code: int = 1) -> None:
-        """End every rank of the job now, with exit status `code`.
-
-        This rank's output is flushed and given a moment to reach the launcher first: mpirun tears the job down
-        on MPI_Abort and can drop what was still in flight (seen: about 1 run in 10 lost the traceback)."""
-        sys.stdout.flush()
-        sys.stderr.flush()
-        time.sleep(ABORT_GRACE_S)
-        self.comm.Abort(code)
+        """End every rank of the job now, with exit status `code` (this rank's output flushed first)."""
+        _abort(self.comm, code)

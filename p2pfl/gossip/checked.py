@@ -182,7 +182,8 @@ class CheckedExchange:
 
     def agree(self, round: int, pairs: Iterable[Pair]) -> frozenset[Pair]:
         """Every rank's rejected messages (collective). With reject_nonfinite off, raise naming the first."""
-        found = sorted({tuple(pair) for part in self.world.allgather(sorted(set(pairs))) for pair in part})
+        parts = self.world.allgather(sorted(set(pairs)), caller="CheckedExchange.agree (rejected links)")
+        found = sorted({tuple(pair) for part in parts for pair in part})
         if found and not self.reject_nonfinite:
             receiver, sender = found[0]
             raise RuntimeError(f"non-finite message from peer {sender} to peer {receiver} in round {round} "

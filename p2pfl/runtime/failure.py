@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TypeVar
 
-from p2pfl.comm.world import World
+from p2pfl.comm.world import World, function_name
 
 T = TypeVar("T")
 USER_ERROR_EXIT = 2
@@ -60,7 +60,7 @@ def agree(world: World, step: Callable[[], T]) -> T:
         result = step()
     except ValueError as exc:
         error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    errors = world.allgather(error)
+    errors = world.allgather(error, caller=f"agree in {function_name(sys._getframe(1).f_code)}")
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         if _RAISE.get():
