@@ -177,8 +177,17 @@ def _key(W: np.ndarray | sp.spmatrix) -> bytes:
     return np.asarray(W).tobytes()
 
 
+def asymmetry(W: np.ndarray | sp.spmatrix) -> float:
+    """max |W_ij − W_ji|: 0 for a symmetric W."""
+    diff = W - W.T
+    if sp.issparse(diff):
+        return float(abs(diff).max()) if diff.nnz else 0.0
+    return float(np.max(np.abs(diff), initial=0.0))
+
+
 def check_weights(scheme: str, weights: Sequence[np.ndarray | sp.spmatrix]) -> None:
-    """Refuse before training a d2 run whose W (any round's) has λ_min < −1/3: one line naming exact diffusion."""
+    """Refuse before training a d2 run whose W (any round's) has λ_min < −1/3 or is not symmetric (D² assumes
+    W = Wᵀ; on one-way links its iteration can grow without bound): one line naming exact diffusion."""
     if scheme != "d2":
         return
     for W in {_key(W): W for W in weights}.values():  # a changing network repeats its Ws: each checked once
@@ -186,6 +195,23 @@ def check_weights(scheme: str, weights: Sequence[np.ndarray | sp.spmatrix]) -> N
         if low < D2_LAMBDA_MIN - D2_TOLERANCE:
             raise ValueError(f"--gossip d2: needs λ_min(W) >= -1/3, this network's W has {low:.4f}; use --gossip "
                              "exact-diffusion (W̃ = (W + I)/2) instead")
+        if asymmetry(W) > D2_TOLERANCE:
+            raise ValueError(f"--gossip d2: needs a symmetric W, this network's is not (max |W_ij - W_ji| = "
+                             f"{asymmetry(W):.4g}: one-way links or weights); use --gossip exact-diffusion instead")
+
+
+#: The schemes whose fixed point is exact only when W is doubly stochastic.
+CORRECTED = ("gradient-tracking", "exact-diffusion")
+
+
+def biased_scheme_warning(scheme: str, directed: bool, failing: bool) -> str | None:
+    """Gradient tracking and exact diffusion on one-way links that fail or lose peers: a round's W is then only
+    row-stochastic (a sender's lost out-link is not given back to it), so they converge to a biased point."""
+    if scheme not in CORRECTED or not directed or not failing:
+        return None
+    return (f"--gossip {scheme} on one-way links with failures (--link-failure, --churn, --crash or "
+            "--participation): W is only row-stochastic in the rounds that lose a link or a peer, so it converges "
+            "to a biased point, not the optimum")
 
 
 @dataclass
@@ -291,5 +317,6 @@ def relay(gossip: Gossip, work: SchemeRound, state: dict[int, dict[str, torch.Te
     return Mixed(mixed, net, events)
 
 
-__all__ = ["D2_LAMBDA_MIN", "D2_TOLERANCE", "LEARNER_SCHEMES", "Lazy", "PushSum", "RelayTree", "SCHEMES",
-           "SchemeRound", "check_relay", "check_weights", "lambda_min", "model", "relay", "step"]
+__all__ = ["CORRECTED", "D2_LAMBDA_MIN", "D2_TOLERANCE", "LEARNER_SCHEMES", "Lazy", "PushSum", "RelayTree", "SCHEMES",
+           "SchemeRound", "asymmetry", "biased_scheme_warning", "check_relay", "check_weights", "lambda_min", "model",
+           "relay", "step"]
