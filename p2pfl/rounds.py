@@ -37,7 +37,16 @@ from p2pfl.records import (
     summarise_round,
     summary_record,
 )
-from p2pfl.runtime.checkpoint import load_peer, load_state, record_state, restore_record, save_peer, save_state
+from p2pfl.runtime.checkpoint import (
+    load_peer,
+    load_state,
+    peer_path,
+    record_state,
+    recorded_digest,
+    restore_record,
+    save_peer,
+    save_state,
+)
 from p2pfl.runtime.heap import frozen_heap
 from p2pfl.runtime.memory import peak_bytes
 from p2pfl.runtime.preemption import PREEMPTED_EXIT, StopSignals
@@ -291,6 +300,7 @@ class Runner:
         cfg, world = self.cfg, self.world
         rounds = self.rounds
         progress = Progress(rounds, cfg.progress and world.is_root, f"{cfg.algorithm}/{cfg.topology}")
+        world.round = self.first_round - 1  # for a timeout's line: the round under way, or last done
         cd0 = self._consensus()
         start = self.algo.round_metrics(0, self.net) if self.first_round == 1 else None
         if world.is_root and self.first_round == 1:
@@ -299,6 +309,7 @@ class Runner:
         signals = StopSignals().install()
         try:
             for t in range(self.first_round, rounds + 1):
+                world.round = t
                 record = self._round(t)
                 if world.is_root:
                     progress.update(**{self.algo.headline: record.get(f"{self.algo.headline}_mean",
@@ -366,12 +377,14 @@ class Runner:
                               crashed=sorted(self.net.crashed))
 
     def checkpoint(self, round: int) -> None:
-        """Save every local peer's state for `round`; collective."""
-        for peer in self.ctx.local_peers:
-            save_peer(self.ctx.run_dir, peer, round, record_state(self.algo.peers[peer]))
-        self.world.barrier()
+        """Save every local peer's state for `round`, then (rank 0, once every rank's files are written) the state
+        file with their digests; collective."""
+        digests = {peer: save_peer(self.ctx.run_dir, peer, round, record_state(self.algo.peers[peer]))
+                   for peer in self.ctx.local_peers}
+        gathered = self.world.gather(digests)
         if self.world.is_root:
-            save_state(self.ctx.run_dir, round, self.ctx.n_peers, self.checkpoint_extra())
+            save_state(self.ctx.run_dir, round, self.ctx.n_peers, {p: d for part in gathered for p, d in part.items()},
+                       self.checkpoint_extra())
 
     def checkpoint_extra(self) -> dict[str, Any] | None:
         """What the checkpoint's state file keeps of the runner besides the round: the simulated clock."""
@@ -385,9 +398,14 @@ class Runner:
         state = load_state(self.ctx.run_dir)
         if state["peers"] != self.ctx.n_peers:
             raise ValueError(f"--resume: the checkpoint has {state['peers']} peers, this run {self.ctx.n_peers}")
+        if self.world.is_root and state.get("sha256") is None:
+            print(f"p2pfl: warning: --resume: {self.ctx.run_dir / 'checkpoint' / 'state.json'} records no digests of "
+                  "its peer files (written by an older p2pfl): they are resumed without a check for damage",
+                  flush=True)
         for peer in self.ctx.local_peers:
-            saved = load_peer(self.ctx.run_dir, peer, state["round"], self.ctx.device)
-            restore_record(self.algo.peers[peer], saved, self.ctx.device, source=f"the checkpoint of peer {peer}")
+            saved = load_peer(self.ctx.run_dir, peer, state["round"], self.ctx.device, recorded_digest(state, peer))
+            restore_record(self.algo.peers[peer], saved, self.ctx.device,
+                           source=str(peer_path(self.ctx.run_dir, peer, state["round"])))
         self.check_state(state)
         self.first_round = state["round"] + 1
         self.sim_time = float(state.get("sim_time_s", 0.0))

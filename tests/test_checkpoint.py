@@ -2,9 +2,11 @@
 and also when the resumed job runs on another number of ranks."""
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,19 +120,157 @@ REFUSED = ("holds objects other than tensors and plain values (refused: loading 
 def test_a_checkpoint_holding_other_objects_is_refused_without_running_them(tmp_path: Path, capsys,
                                                                             payload: str) -> None:
     """A peer file whose pickle would call a function on loading (or holds a set, which no record writes) is one
-    line naming it, and the function never runs."""
+    line naming it, and the function never runs, also when the state file records the crafted file's digest."""
     assert main([*CONSENSUS, "--rounds", "2", "--out", str(tmp_path), "--name", "r"]) == 0
     path = tmp_path / "r" / "checkpoint" / "peer-00001.r000002.pt"
     marker = tmp_path / "marker"
     state = torch.load(path, weights_only=True)["state"]
     state["x"] = RunsCode(marker) if payload == "code" else {1, 2}
-    torch.save({"format": FORMAT, "peer": 1, "round": 2, "state": state}, path)
+    forge(path, {"format": FORMAT, "peer": 1, "round": 2, "state": state})
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:
         main([*CONSENSUS, "--rounds", "3", "--resume", str(tmp_path / "r")])
     assert exit_.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"p2pfl: error: --resume: {path} {REFUSED}"]
     assert not marker.exists()
+
+
+# ------------------------------------------------------------------ damaged checkpoints
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def forge(path: Path, blob: object) -> None:
+    """Save `blob` as the peer file `path` and record its digest in the state file, as one who rewrote both
+    would: what is then refused is refused for what the file holds."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)  # torch.save recurses into nested lists
+    try:
+        torch.save(blob, path)
+    finally:
+        sys.setrecursionlimit(limit)
+    state_file = path.parent / "state.json"
+    state = json.loads(state_file.read_text())
+    state["sha256"][str(int(path.name[len("peer-"):].split(".")[0]))] = sha256(path)
+    state_file.write_text(json.dumps(state))
+
+
+def snapshot(run_dir: Path) -> dict[str, bytes]:
+    """Every file of a run folder by its path, but the lock (which only says who holds the folder)."""
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
+
+
+def refused_resume(run_dir: Path, capsys) -> list[str]:
+    """Resume `run_dir` for one more round, expecting a refusal (exit 2) that leaves every file as it was; its
+    stderr lines."""
+    before = snapshot(run_dir)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main([*CONSENSUS, "--rounds", "3", "--resume", str(run_dir)])
+    assert exit_.value.code == 2
+    assert snapshot(run_dir) == before
+    return capsys.readouterr().err.strip().splitlines()
+
+
+def test_the_state_file_records_every_peer_files_digest(tmp_path: Path) -> None:
+    assert main([*CONSENSUS, "--rounds", "2", "--out", str(tmp_path), "--name", "r"]) == 0
+    folder = tmp_path / "r" / "checkpoint"
+    state = json.loads((folder / "state.json").read_text())
+    assert state["sha256"] == {str(p): sha256(folder / f"peer-{p:05d}.r000002.pt") for p in range(4)}
+
+
+def test_flipped_bytes_in_a_peer_file_are_refused_and_nothing_changes(tmp_path: Path, capsys) -> None:
+    """64 bytes flipped inside a peer's vector (the file still loads): one line naming the file, exit 2, every
+    file of the run folder byte for byte as it was."""
+    assert main([*CONSENSUS, "--rounds", "2", "--out", str(tmp_path), "--name", "r"]) == 0
+    path = tmp_path / "r" / "checkpoint" / "peer-00002.r000002.pt"
+    raw = bytearray(path.read_bytes())
+    at = raw.find(torch.load(path, weights_only=True)["state"]["x"].numpy().tobytes())
+    assert at > 0
+    raw[at:at + 64] = bytes(b ^ 0xFF for b in raw[at:at + 64])
+    path.write_bytes(bytes(raw))
+    assert torch.load(path, weights_only=True)["state"]["x"].shape == (50,)  # what used to resume silently
+    assert refused_resume(tmp_path / "r", capsys) == [
+        f"p2pfl: error: --resume: {path} does not match the sha256 digest that checkpoint/state.json records for "
+        "it (damaged or changed after it was written)"]
+
+
+def nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("damage", ["shape", "dtype", "string", "list"])
+def test_a_peer_file_of_another_form_is_refused_naming_it(tmp_path: Path, capsys, damage: str) -> None:
+    """Values that are plain but do not have the form of this run's record (a peer's vector of 50): one line naming
+    the file and the field, nothing changed."""
+    assert main([*CONSENSUS, "--rounds", "2", "--out", str(tmp_path), "--name", "r"]) == 0
+    path = tmp_path / "r" / "checkpoint" / "peer-00001.r000002.pt"
+    blob = torch.load(path, weights_only=True)
+    x = blob["state"]["x"]
+    other = torch.float64 if x.dtype != torch.float64 else torch.float32
+    value, kind = {"shape": (x[:49], f"a {str(x.dtype)[6:]} tensor of shape [49]"),
+                   "dtype": (x.to(other), f"a {str(other)[6:]} tensor of shape [50]"),
+                   "string": ("a string", "a str"), "list": (x.tolist(), "a list")}[damage]
+    blob["state"]["x"] = value
+    forge(path, blob)
+    assert refused_resume(tmp_path / "r", capsys) == [
+        f"p2pfl: error: --resume: {path}: x is {kind} where this run has a {str(x.dtype)[6:]} tensor of shape [50] "
+        "(a checkpoint of another run?)"]
+
+
+def test_a_deeply_nested_peer_file_is_refused_naming_it(tmp_path: Path, capsys) -> None:
+    assert main([*CONSENSUS, "--rounds", "2", "--out", str(tmp_path), "--name", "r"]) == 0
+    path = tmp_path / "r" / "checkpoint" / "peer-00003.r000002.pt"
+    blob = torch.load(path, weights_only=True)
+    blob["state"]["x"] = nested(3000)
+    forge(path, blob)
+    assert refused_resume(tmp_path / "r", capsys) == [
+        f"p2pfl: error: --resume: {path} is not a p2pfl checkpoint (containers nested deeper than 64 levels)"]
+
+
+def test_a_checkpoint_without_digests_resumes_with_a_warning(tmp_path: Path, capsys) -> None:
+    """A checkpoint of an older p2pfl (no digests in its state file) resumes, exactly, after one warning line."""
+    args = [*CONSENSUS, "--out", str(tmp_path)]
+    assert main([*args, "--rounds", "2", "--name", "old"]) == 0
+    state_file = tmp_path / "old" / "checkpoint" / "state.json"
+    state = json.loads(state_file.read_text())
+    del state["sha256"]
+    state_file.write_text(json.dumps(state))
+    capsys.readouterr()
+    assert main([*args, "--rounds", "3", "--resume", str(tmp_path / "old")]) == 0
+    warnings = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
+    assert warnings == [f"p2pfl: warning: --resume: {state_file} records no digests of its peer files (written by "
+                        "an older p2pfl): they are resumed without a check for damage"]
+    assert main([*args, "--rounds", "3", "--name", "whole"]) == 0
+    rounds = [[r for r in _numbers(tmp_path / run) if r["type"] == "round"] for run in ("old", "whole")]
+    assert [r["round"] for r in rounds[0]] == [0, 1, 2, 3] and rounds[0] == rounds[1]
+
+
+@pytest.mark.mpi
+def test_every_rank_checks_its_share_of_the_digests(runs_dir: Path) -> None:
+    """Under mpirun -n 2 the state file holds both ranks' digests; a peer file damaged in rank 1's share is refused
+    on resume: one line, exit 2, the folder unchanged."""
+    args = ["-m", "p2pfl.run", *CONSENSUS, "--out", str(runs_dir)]
+    job = run_job([*args, "--rounds", "2", "--name", "r"], ranks=2, timeout=180)
+    assert job.returncode == 0, job.stderr[-2000:]
+    folder = runs_dir / "r" / "checkpoint"
+    state = json.loads((folder / "state.json").read_text())
+    assert state["sha256"] == {str(p): sha256(folder / f"peer-{p:05d}.r000002.pt") for p in range(4)}
+    path = folder / "peer-00003.r000002.pt"  # 3 % 2: checked by rank 1
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 1
+    path.write_bytes(bytes(raw))
+    before = snapshot(runs_dir / "r")
+    job = run_job([*args, "--rounds", "3", "--resume", str(runs_dir / "r")], ranks=2, timeout=180)
+    assert job.returncode == 2, job.stderr[-2000:]
+    assert job.stderr.strip().splitlines() == [
+        f"p2pfl: error: --resume: {path} does not match the sha256 digest that checkpoint/state.json records for it "
+        "(damaged or changed after it was written)"]
+    assert snapshot(runs_dir / "r") == before
 
 
 @dataclass(eq=False)

@@ -87,8 +87,8 @@ def test_a_checkpoint_cut_short_while_written_leaves_the_previous_one(tmp_path: 
 
 
 @pytest.mark.parametrize(("damage", "message"), [
-    (lambda f: f.write_bytes(f.read_bytes()[: len(f.read_bytes()) // 2]), "is not a readable p2pfl checkpoint"),
-    (lambda f: torch.save({"weights": torch.zeros(3)}, f), "is not a p2pfl checkpoint of peer 1"),
+    (lambda f: f.write_bytes(f.read_bytes()[: len(f.read_bytes()) // 2]), "does not match the sha256 digest"),
+    (lambda f: torch.save({"weights": torch.zeros(3)}, f), "does not match the sha256 digest"),
     (lambda f: f.unlink(), "is missing (the checkpoint of round 2 is incomplete)"),
 ])
 def test_a_damaged_checkpoint_file_is_one_line_naming_it(tmp_path: Path, capsys, damage, message: str) -> None:

@@ -6,7 +6,8 @@ Where a dataset is looked for, in order:
 - fashion-mnist: ``<root>/FashionMNIST/raw`` (torchvision), ``<root>/fashion-mnist``, ``<root>`` itself (the
   original ``*-idx?-ubyte[.gz]`` files), then Debian's ``/usr/share/datasets/fashion-mnist``
   (``apt-get install dataset-fashion-mnist``);
-- cifar10 / cifar100: ``<root>/cifar-10-batches-py`` / ``<root>/cifar-100-python`` (torchvision pickles),
+- cifar10 / cifar100: ``<root>/cifar-10-batches-py`` / ``<root>/cifar-100-python`` (torchvision pickles, read
+  without running code: ``p2pfl.data.cifar_pickle``),
   ``<root>/<name>.npz`` (uint8 x_train/y_train/x_test/y_test, NHWC), and for cifar10 the JPEG archive
   ``cifar10-jpeg.npz`` in the root or in ``../shared/data`` next to the project, decoded once and cached as
   ``<root>/cifar10.npz`` (or ``~/.cache/p2pfl/cifar10.npz`` when the root is read-only);
@@ -20,7 +21,6 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import pickle
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from p2pfl.data.augment import dataset_stats
+from p2pfl.data.cifar_pickle import read_batch, read_names
 from p2pfl.seeding import SHARED, torch_generator
 
 DATASETS = ("fashion-mnist", "cifar10", "cifar100", "synthetic")
@@ -204,32 +205,23 @@ def _load_idx_folder(folder: Path) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _unpickle(path: Path) -> dict:
-    with open(path, "rb") as f:
-        return pickle.load(f, encoding="latin1")
-
-
 def _load_cifar_pickles(folder: Path, hundred: bool) -> dict[str, np.ndarray]:
+    """torchvision's CIFAR pickles, read without running code (`p2pfl.data.cifar_pickle`)."""
     if hundred:
-        train, test = _unpickle(folder / "train"), _unpickle(folder / "test")
-        key = "fine_labels"
-        meta = folder / "meta"
-        classes = tuple(_unpickle(meta)["fine_label_names"]) if meta.is_file() else tuple(map(str, range(100)))
-        batches_train = [train]
+        classes, key, train_files = 100, "fine_labels", [folder / "train"]
+        test_file, meta, names_key = folder / "test", folder / "meta", "fine_label_names"
     else:
-        batches_train = [_unpickle(folder / f"data_batch_{k}") for k in range(1, 6)
-                         if (folder / f"data_batch_{k}").is_file()]
-        test = _unpickle(folder / "test_batch")
-        key = "labels"
-        meta = folder / "batches.meta"
-        classes = tuple(_unpickle(meta)["label_names"]) if meta.is_file() else CIFAR10_CLASSES
-
-    def images(batch):
-        return np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
-
-    return {"x_train": np.concatenate([images(b) for b in batches_train]),
-            "y_train": np.concatenate([np.asarray(b[key]) for b in batches_train]),
-            "x_test": images(test), "y_test": np.asarray(test[key]), "classes": classes}
+        classes, key = 10, "labels"
+        train_files = [folder / f"data_batch_{k}" for k in range(1, 6) if (folder / f"data_batch_{k}").is_file()]
+        test_file, meta, names_key = folder / "test_batch", folder / "batches.meta", "label_names"
+    train = [read_batch(path, key, classes) for path in train_files]
+    x_test, y_test = read_batch(test_file, key, classes)
+    if meta.is_file():
+        names = read_names(meta, names_key, classes)
+    else:
+        names = CIFAR10_CLASSES if not hundred else tuple(map(str, range(100)))
+    return {"x_train": np.concatenate([x for x, _ in train]), "y_train": np.concatenate([y for _, y in train]),
+            "x_test": x_test, "y_test": y_test, "classes": names}
 
 
 def _load_npz(path: Path) -> dict[str, np.ndarray]:

@@ -7,10 +7,14 @@ plain values (`p2pfl.runtime.plain`) and is read with `torch.load(weights_only=T
 code on loading is refused, never run. Peer files carry their round in their name; the state file is written by
 rank 0 after every rank has written its peers' files, names that round, and only then are older rounds' files
 removed. So a job killed while writing a checkpoint leaves the previous one whole and named by the state file.
-Every file is written atomically. A truncated, foreign or refused file is a one-line error naming it.
+Every file is written atomically. The state file records the sha256 digest of every peer file, and a resume checks
+them (`verify_checkpoint`, before the run folder is touched, and again as each file is read). A truncated, damaged,
+foreign or refused file, or one whose values do not have the form of this run's records, is a one-line error
+naming it.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import pickle
@@ -23,9 +27,12 @@ import torch
 
 from p2pfl.runtime.files import write_atomic
 from p2pfl.runtime.plain import (
+    MAX_DEPTH,
     NOT_A_GENERATOR,
+    TooDeep,
     check_plain,
     generator_state,
+    misfit,
     numpy_like,
     set_generator_state,
     to_plain,
@@ -66,16 +73,25 @@ def record_state(record: Any) -> dict[str, Any]:
 
 
 def restore_record(record: Any, state: dict[str, Any], device: torch.device, source: str = "checkpoint") -> None:
-    """Load what `record_state` saved back into a freshly set-up record of the same method."""
-    for f in fields(record):
-        if not f.metadata.get(CHECKPOINT, True):
-            continue
-        if f.name not in state:
-            raise ValueError(f"--resume: {source} has no '{f.name}' (a checkpoint of another method?)")
-        setattr(record, f.name, _restored(getattr(record, f.name), state[f.name], device))
+    """Load what `record_state` saved back into a freshly set-up record of the same method; ValueError (one line,
+    naming `source`, the file) when a field is missing or has another form than the fresh record's."""
+    kept = [f.name for f in fields(record) if f.metadata.get(CHECKPOINT, True)]
+    for name in kept:
+        if name not in state:
+            raise ValueError(f"--resume: {source} has no '{name}' (a checkpoint of another method?)")
+        wrong = misfit(state[name], _saved(getattr(record, name)), name)
+        if wrong is not None:
+            raise ValueError(f"--resume: {source}: {wrong} (a checkpoint of another run?)")
+    for name in kept:
+        try:
+            setattr(record, name, _restored(getattr(record, name), state[name], device))
+        except (RuntimeError, ValueError, TypeError, KeyError, IndexError) as exc:  # a state dict that does not fit
+            detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise ValueError(f"--resume: {source}: '{name}' does not fit this run's ({detail})") from None
 
 
-def _peer_path(run_dir: Path, peer: int, round: int) -> Path:
+def peer_path(run_dir: Path, peer: int, round: int) -> Path:
+    """The checkpoint file of `peer` at `round`."""
     return Path(run_dir) / "checkpoint" / f"peer-{peer:05d}.r{round:06d}.pt"
 
 
@@ -83,22 +99,40 @@ def _state_path(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoint" / "state.json"
 
 
-def save_peer(run_dir: Path, peer: int, round: int, state: dict[str, Any]) -> None:
+def save_peer(run_dir: Path, peer: int, round: int, state: dict[str, Any]) -> str:
+    """Write the checkpoint file of `peer` at `round`; returns its sha256 digest (hex), for the state file."""
     buf = io.BytesIO()
     torch.save({"format": FORMAT, "peer": peer, "round": round, "state": state}, buf)
-    write_atomic(_peer_path(run_dir, peer, round), buf.getvalue())
+    data = buf.getvalue()
+    write_atomic(peer_path(run_dir, peer, round), data)
+    return hashlib.sha256(data).hexdigest()
 
 
-def load_peer(run_dir: Path, peer: int, round: int, device: torch.device) -> dict[str, Any]:
-    """The state of `peer` saved at `round`; ValueError (one line, naming the file) if it is missing, truncated,
-    not this peer's checkpoint, or holds anything but tensors and plain values (read without running code)."""
-    path = _peer_path(run_dir, peer, round)
-    if not path.is_file():
-        raise ValueError(f"--resume: {path} is missing (the checkpoint of round {round} is incomplete)")
+def _read_peer_file(path: Path, round: int, sha256: str | None) -> bytes:
+    """The bytes of a peer file; ValueError naming it when it is missing or its digest is not `sha256`."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ValueError(f"--resume: {path} is missing (the checkpoint of round {round} is incomplete)") from None
+    except OSError as exc:
+        raise ValueError(f"--resume: {path} cannot be read ({type(exc).__name__})") from None
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise ValueError(f"--resume: {path} does not match the sha256 digest that checkpoint/state.json records "
+                         "for it (damaged or changed after it was written)")
+    return data
+
+
+def load_peer(run_dir: Path, peer: int, round: int, device: torch.device,
+              sha256: str | None = None) -> dict[str, Any]:
+    """The state of `peer` saved at `round`; ValueError (one line, naming the file) if it is missing, differs from
+    its recorded `sha256` digest (when given), is truncated, not this peer's checkpoint, or holds anything but
+    tensors and plain values nested at most MAX_DEPTH deep (read without running code)."""
+    path = peer_path(run_dir, peer, round)
+    data = _read_peer_file(path, round, sha256)
     refused = ValueError(f"--resume: {path} holds objects other than tensors and plain values (refused: loading it "
                          "could run code; written by an older p2pfl, or not by p2pfl)")
     try:
-        blob = torch.load(path, map_location=device, weights_only=True)
+        blob = torch.load(io.BytesIO(data), map_location=device, weights_only=True)
     except pickle.UnpicklingError:  # what the weights-only unpickler raises for anything it would have to call
         raise refused from None
     except Exception as exc:  # noqa: BLE001 - any unreadable file is the same user-facing error
@@ -106,6 +140,9 @@ def load_peer(run_dir: Path, peer: int, round: int, device: torch.device) -> dic
                          f"{type(exc).__name__})") from None
     try:
         check_plain(blob, "checkpoint")  # no set, bytes, torch.Size...: what record_state never writes
+    except TooDeep:
+        raise ValueError(f"--resume: {path} is not a p2pfl checkpoint (containers nested deeper than "
+                         f"{MAX_DEPTH} levels)") from None
     except TypeError:
         raise refused from None
     if not isinstance(blob, dict) or blob.get("format") != FORMAT or blob.get("peer") != peer:
@@ -115,11 +152,13 @@ def load_peer(run_dir: Path, peer: int, round: int, device: torch.device) -> dic
     return blob["state"]
 
 
-def save_state(run_dir: Path, round: int, n_peers: int, extra: dict[str, Any] | None = None) -> None:
-    """Name `round` as the checkpoint to resume from (with the runner's `extra` numbers, e.g. the simulated
-    clock), then remove the peer files of every other round."""
+def save_state(run_dir: Path, round: int, n_peers: int, digests: dict[int, str],
+               extra: dict[str, Any] | None = None) -> None:
+    """Name `round` as the checkpoint to resume from, with the sha256 `digests` of its peer files (by peer) and the
+    runner's `extra` numbers (e.g. the simulated clock), then remove the peer files of every other round."""
+    sha256 = {str(peer): digests[peer] for peer in range(n_peers)}
     write_atomic(_state_path(run_dir), json.dumps({"format": FORMAT, "round": round, "peers": n_peers,
-                                                   **(extra or {})}))
+                                                   "sha256": sha256, **(extra or {})}))
     for old in (Path(run_dir) / "checkpoint").glob("peer-*.r*.pt"):
         if not old.name.endswith(f".r{round:06d}.pt"):
             old.unlink(missing_ok=True)
@@ -130,8 +169,32 @@ def load_state(run_dir: Path) -> dict[str, Any]:
     path = _state_path(run_dir)
     try:
         state = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ValueError(f"--resume: {path} is not a readable checkpoint state ({type(exc).__name__})") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT or not isinstance(state.get("round"), int):
+    if (not isinstance(state, dict) or state.get("format") != FORMAT or type(state.get("round")) is not int
+            or type(state.get("peers")) is not int or state["peers"] < 1):
         raise ValueError(f"--resume: {path} is not a p2pfl checkpoint state")
+    digests = state.get("sha256")
+    if digests is not None and not (isinstance(digests, dict) and len(digests) == state["peers"]
+                                    and set(digests) == {str(peer) for peer in range(state["peers"])}
+                                    and all(isinstance(d, str) for d in digests.values())):
+        raise ValueError(f"--resume: {path} is not a p2pfl checkpoint state (its 'sha256' must name the digest of "
+                         f"every peer's file, peers 0 to {state['peers'] - 1})")
+    return state
+
+
+def recorded_digest(state: dict[str, Any], peer: int) -> str | None:
+    """The sha256 digest the state file records for `peer`'s file (None in a checkpoint of an older p2pfl)."""
+    digests = state.get("sha256")
+    return None if digests is None else digests[str(peer)]
+
+
+def verify_checkpoint(run_dir: Path, part: int = 0, parts: int = 1) -> dict[str, Any]:
+    """The state file of the run folder's checkpoint once the peer files p with p % parts == part (every rank of a
+    job checks its share) match the digests it records; ValueError (one line, naming the file) otherwise.
+    Reads only: a resume calls it before anything in the folder is written."""
+    state = load_state(run_dir)
+    if state.get("sha256") is not None:
+        for peer in range(part, state["peers"], parts):
+            _read_peer_file(peer_path(run_dir, peer, state["round"]), state["round"], recorded_digest(state, peer))
     return state

@@ -5,7 +5,8 @@ calls no other function; this module turns what a peer record holds into that fo
 dict (OrderedDict too: module state dicts), list, tuple, int, float, str, bool and None, nested; tensors are
 torch.Tensor. Random generators are kept by their state: torch's as its byte tensor, numpy's `Generator` and
 `RandomState` as their state dicts (arrays as tensors), python's `random.Random` as its state tuple. Anything
-else is refused by name (`check_plain`), on saving as on loading.
+else, or values nested deeper than MAX_DEPTH, is refused by name (`check_plain`), on saving as on loading; what is
+loaded must also have the form of what a freshly set-up record saves (`misfit`).
 """
 from __future__ import annotations
 
@@ -19,24 +20,66 @@ import torch
 PLAIN_SCALARS = (int, float, str, bool, type(None))
 #: What `generator_state` returns for a value that is no random generator.
 NOT_A_GENERATOR = object()
+#: How deep containers may nest in a checkpoint (a record's state dicts nest a few levels).
+MAX_DEPTH = 64
 
 
-def check_plain(value: Any, where: str) -> None:
-    """Raise TypeError naming the first value under `where` that is neither a tensor nor a plain value."""
+class TooDeep(TypeError):
+    """Containers nested deeper than MAX_DEPTH."""
+
+
+def check_plain(value: Any, where: str, depth: int = 0) -> None:
+    """Raise TypeError naming the first value under `where` that is neither a tensor nor a plain value (TooDeep
+    where containers nest deeper than MAX_DEPTH)."""
     kind = type(value)
     if kind in PLAIN_SCALARS or isinstance(value, torch.Tensor):
         return
+    if kind in (dict, OrderedDict, list, tuple) and depth >= MAX_DEPTH:
+        raise TooDeep(f"{where}: containers nested deeper than {MAX_DEPTH} levels")
     if kind in (dict, OrderedDict):
         for key, item in value.items():
             if type(key) not in PLAIN_SCALARS:
                 raise TypeError(f"{where}: a key of type {type(key).__name__}")
-            check_plain(item, f"{where}.{key}")
+            check_plain(item, f"{where}.{key}", depth + 1)
         return
     if kind in (list, tuple):
         for i, item in enumerate(value):
-            check_plain(item, f"{where}[{i}]")
+            check_plain(item, f"{where}[{i}]", depth + 1)
         return
     raise TypeError(f"{where}: a {kind.__module__}.{kind.__qualname__}")
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).removeprefix('torch.')} tensor of shape {list(value.shape)}"
+    if isinstance(value, dict):
+        return "a dict"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "a number" if isinstance(value, (int, float)) else f"a {type(value).__name__}"
+
+
+def misfit(saved: Any, fresh: Any, where: str) -> str | None:
+    """Where plain `saved` (a loaded checkpoint's) has another form than `fresh` (what the freshly set-up record
+    saves), as '<where> is <kind> where this run has <kind>'; None when it fits. Tensors must agree in dtype and
+    shape, containers in kind (their common keys and items alike), scalars in kind (numbers are one kind); an
+    empty fresh tensor takes any tensor, and a fresh None, or a container the fresh record leaves empty (a new
+    optimiser's state), any value."""
+    if fresh is None:
+        return None
+    if isinstance(fresh, torch.Tensor) and fresh.numel() == 0 and isinstance(saved, torch.Tensor):
+        return None  # a placeholder the record fills as it runs
+    if _kind(saved) != _kind(fresh):
+        return f"{where} is {_kind(saved)} where this run has {_kind(fresh)}"
+    if isinstance(fresh, dict):
+        common = (key for key in fresh if key in saved)
+        return next(filter(None, (misfit(saved[key], fresh[key], f"{where}.{key}") for key in common)), None)
+    if isinstance(fresh, (list, tuple)):
+        pairs = zip(saved, fresh)
+        return next(filter(None, (misfit(s, f, f"{where}[{i}]") for i, (s, f) in enumerate(pairs))), None)
+    return None
 
 
 def to_plain(value: Any) -> Any:
