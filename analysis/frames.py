@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from .runs import Run, load_run
-from .study import DONE, SEED_AXIS, UNFINISHED, Study, is_study, load_study
+from .study import DONE, SEED_AXIS, Study, is_study, load_study
 from .tidy import COLUMNS, records_table
 
 __all__ = ["Frames", "frame", "study_runs", "axis_column", "RUN_COLUMNS"]
@@ -74,7 +74,7 @@ def _sources(path: str | os.PathLike) -> list[_Source]:
     if is_study(path):
         return _study_sources(load_study(path))
     run = load_run(path)
-    return [_Source(None, run.name, {}, DONE if run.summary is not None else UNFINISHED, run, {})]
+    return [_Source(None, run.name, {}, run.state, run, {})]
 
 
 def _finals(source: _Source) -> dict[str, Any]:

@@ -31,7 +31,10 @@ from p2pfl.records import (
     SummarisedRound,
     Summary,
     TopologyRecord,
+    is_failed,
 )
+from p2pfl.runtime.files import loads
+from p2pfl.yamlfile import safe_load
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -72,7 +75,8 @@ class Run:
 
     ``config`` is config.yaml (``RunConfig.to_dict()``); ``manifest`` is None until written; ``rounds`` and
     ``evals`` are the ``metrics.jsonl`` records of type ``round`` and ``eval``, in file order; ``summary`` is
-    None while the run is still in progress.
+    None while the run is still in progress and when it failed (then ``failure`` says why). Non-finite numbers
+    read back as floats, whether written as the strings "NaN", "Infinity", "-Infinity" or bare (older files).
     """
 
     path: Path
@@ -81,8 +85,15 @@ class Run:
     rounds: list[RoundStart | RoundRecord | SummarisedRound] = field(default_factory=list)
     evals: list[EvalRecord] = field(default_factory=list)
     summary: Summary | None = None
+    failure: str | None = None  # the reason a failed run's summary.json gives (its summary is then None)
 
     # ----- identity -------------------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        """"done" (a summary), "failed" (its summary.json says so, with `failure`) or "unfinished" (running,
+        stopped or killed)."""
+        return "done" if self.summary is not None else "failed" if self.failure is not None else "unfinished"
+
     @property
     def name(self) -> str:
         """The folder name, which is how runs are told apart in reports."""
@@ -275,7 +286,7 @@ def _read_mapping(path: Path, parse: Callable[[IO[str]], Any], errors: tuple[typ
 
 
 def _read_json(path: Path) -> dict | None:
-    return _read_mapping(path, json.load, (json.JSONDecodeError,), "JSON")
+    return _read_mapping(path, lambda fh: loads(fh.read()), (json.JSONDecodeError,), "JSON")
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -288,7 +299,7 @@ def _read_jsonl(path: Path) -> list[dict]:
     records = []
     for idx, (lineno, line) in enumerate(lines):
         try:
-            record = json.loads(line)
+            record = loads(line)
         except json.JSONDecodeError as exc:
             if idx == len(lines) - 1:
                 break  # the run is still writing this line
@@ -303,11 +314,13 @@ def load_run(path: str | os.PathLike) -> Run:
     root = Path(path)
     if not root.is_dir():
         raise RunFolderError(f"run folder {str(root)!r} does not exist or is not a directory")
-    config = _read_mapping(root / "config.yaml", yaml.safe_load, (yaml.YAMLError,), "YAML")
+    config = _read_mapping(root / "config.yaml", safe_load, (yaml.YAMLError,), "YAML")
     if config is None:
         raise RunFolderError(f"{str(root)!r} is not a run folder: it has no config.yaml")
     records = _read_jsonl(root / "metrics.jsonl")
+    summary = _read_json(root / "summary.json")
+    failure = str(summary.get("reason", "")) if is_failed(summary) else None
     return Run(path=root, config=config, manifest=_read_json(root / "manifest.json"),
                rounds=[r for r in records if r["type"] == "round"],
                evals=[r for r in records if r["type"] == "eval"],
-               summary=_read_json(root / "summary.json"))
+               summary=None if failure is not None else summary, failure=failure)  # type: ignore[arg-type]

@@ -417,6 +417,26 @@ class Summary(_Summary, total=False):
     # exchange, run folder and the method's set-up
 
 
+#: summary.json's `status` of a run that ended on an error (a finished run's summary has no `status`).
+FAILED = "failed"
+
+
+class FailedSummary(TypedDict):
+    """summary.json of a run that ended on an error after its folder was written: what ran and why it ended."""
+
+    status: str  # FAILED
+    reason: str  # one line: the error, or the exit status of bad input (its line is on stderr)
+    algorithm: str
+    topology: str
+    peers: int
+    run_dir: str
+
+
+def is_failed(summary: Mapping[str, Any] | None) -> bool:
+    """Whether a summary.json (None: none yet) is a failed run's."""
+    return summary is not None and summary.get("status") == FAILED
+
+
 def _str_keys(value: Any) -> Any:
     return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) else value
 

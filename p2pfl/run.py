@@ -22,19 +22,21 @@ from p2pfl.gossip.choco import check_choco
 from p2pfl.gossip.codec import Codec
 from p2pfl.gossip.compress.base import Compressor
 from p2pfl.gossip.compress.records import Compression, describe
-from p2pfl.gossip.schemes import RelayTree, check_relay, check_weights
+from p2pfl.gossip.schemes import RelayTree, biased_scheme_warning, check_relay, check_weights
 from p2pfl.network import NetworkSchedule, timing
 from p2pfl.network.mixing_rate import network_p
 from p2pfl.records import Host, Seeds
 from p2pfl.rounds import Algorithm, RunContext, Runner
 from p2pfl.runtime.allocator import keep_freed_memory
-from p2pfl.runtime.checkpoint import load_state
+from p2pfl.runtime.checkpoint import verify_checkpoint
 from p2pfl.runtime.device import configure_determinism, select_device
-from p2pfl.runtime.failure import abort_on_exception, agree
+from p2pfl.runtime.failure import USER_ERROR_EXIT, abort_on_exception, agree
 from p2pfl.runtime.manifest import base_manifest
 from p2pfl.runtime.precision import precision
+from p2pfl.runtime.preemption import PREEMPTED_EXIT
 from p2pfl.runtime.progress import placement_table
 from p2pfl.runtime.runfolder import RunFolder, make_run_dir
+from p2pfl.runtime.runlock import RunLock
 
 
 def compressor(cfg: RunConfig) -> Codec | None:
@@ -69,17 +71,12 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     checked = CheckedExchange(transport, world, reject_nonfinite=cfg.on_nonfinite == "rollback")
     robust = Robust(choose_byzantine(cfg.byzantine, n_peers, cfg.seed), attack=cfg.attack, scale=cfg.attack_scale,
                     aggregator=cfg.aggregator, trim=cfg.trim, clip_radius=cfg.clip_radius, peers=n_peers)
-    resume_round = None
-    if cfg.resume is not None:
-        run_dir = Path(cfg.resume)
-        resume_round = agree(world, lambda: load_state(run_dir)["round"])
-    else:
-        run_dir = Path(world.bcast(str(make_run_dir(cfg)) if world.is_root else None))
+    run_dir, lock, resume_round = open_run_dir(world, cfg)
     me = Host(rank=world.rank, host=world.host, device=str(device), peers=placement.peers_of(world.rank))
     hosts = world.allgather(me)
     folder = None
     if world.is_root:
-        folder = RunFolder(run_dir, cfg, resume_round=resume_round)
+        folder = RunFolder(run_dir, cfg, resume_round=resume_round, lock=lock)  # resumed: started in execute
         folder.update_manifest(**base_manifest(
             cfg.to_dict(), world.size, hosts, described,
             {**schedule.describe(), "byzantine": sorted(robust.byzantine),
@@ -91,9 +88,10 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
             print(f"p2pfl: {cfg.algorithm} on {cfg.topology}, {n_peers} peers on {world.size} rank(s); "
                   f"run folder {run_dir}", flush=True)
             print(placement_table(hosts), flush=True)
-        warning = biased_consensus_warning(cfg)
-        if warning:
-            print(f"p2pfl: warning: {warning}", flush=True)
+        failing = bool(cfg.link_failure or cfg.churn or cfg.crash or cfg.participation < 1)
+        for warning in (biased_consensus_warning(cfg), biased_scheme_warning(cfg.gossip, schedule.directed, failing)):
+            if warning:
+                print(f"p2pfl: warning: {warning}", flush=True)
     ctx = RunContext(cfg=cfg, world=world, graph=graph, schedule=schedule, placement=placement,
                      transport=transport, checked=checked, gossip=Gossip(checked, robust, cfg.seed, compressor(cfg)),
                      device=device,
@@ -104,6 +102,24 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
         ctx.relay_tree = RelayTree.of(graph)
         ctx.record_manifest(relay_tree=ctx.relay_tree.describe())
     return ctx
+
+
+def open_run_dir(world: World, cfg: RunConfig) -> tuple[Path, RunLock | None, int | None]:
+    """The run folder (a new one, or --resume's) locked by rank 0, its lock (None on other ranks) and the round
+    of the checkpoint a resumed run continues from; collective. Writes nothing in the folder but its lock file."""
+    resumed = cfg.resume is not None
+    run_dir = Path(cfg.resume) if resumed else Path(
+        world.bcast(agree(world, lambda: str(make_run_dir(cfg)) if world.is_root else None)))
+    lock = agree(world, lambda: RunLock.acquire(run_dir, "--resume" if resumed else "--name")
+                 if world.is_root else None)
+    try:  # the checks of the checkpoint come here, before anything is written
+        resume_round = (agree(world, lambda: verify_checkpoint(run_dir, world.rank, world.size)["round"])
+                        if resumed else None)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return run_dir, lock, resume_round
 
 
 def build_network(cfg: RunConfig, described: bool = True) -> tuple[nx.Graph, NetworkSchedule, dict | None]:
@@ -201,6 +217,7 @@ def resolved(world: World, parsed: tuple[RunConfig, bool]) -> tuple[ResolvedRun,
 def execute(world: World, run: ResolvedRun, started: float | None = None) -> Path:
     """Set up and run a resolved run on every rank (collective), draw its plots, close its folder; returns the run
     folder. The one path of `python -m p2pfl.run` and p2pfl.simulate."""
+    world.timeout = run.cfg.timeout  # from here on every collective waits under the run's deadline
     with precision(run.cfg.dtype):
         ctx = build_context(world, run)
         cfg = run.cfg
@@ -209,11 +226,16 @@ def execute(world: World, run: ResolvedRun, started: float | None = None) -> Pat
             runner = (AsyncRunner if cfg.mode == "async" else Runner)(ctx, algorithm)
             if cfg.resume is not None:
                 agree(world, runner.restore)
+                if ctx.folder is not None:
+                    ctx.folder.start()
             if started is not None:
                 runner.setup_s = world.allreduce_max(time.time() - started)  # the slowest rank's
             runner.run()
-        except BaseException:
+        except BaseException as exc:
             if ctx.folder is not None:
+                reason = failure_reason(exc)
+                if reason is not None:
+                    ctx.folder.fail(reason)
                 ctx.folder.close()
             raise
     if ctx.folder is not None:
@@ -224,6 +246,19 @@ def execute(world: World, run: ResolvedRun, started: float | None = None) -> Pat
         finally:
             ctx.folder.close()
     return ctx.run_dir
+
+
+def failure_reason(exc: BaseException) -> str | None:
+    """summary.json's one-line reason for a run that ended on `exc`; None for an exit that is no failure (done,
+    or preempted: the run resumes)."""
+    if isinstance(exc, SystemExit):
+        if exc.code in (None, 0, PREEMPTED_EXIT):
+            return None
+        if exc.code == USER_ERROR_EXIT:
+            return f"bad input (exit status {USER_ERROR_EXIT}; the 'p2pfl: error:' line is on stderr)"
+        return f"exit status {exc.code}"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def _plots(run_dir: Path) -> None:

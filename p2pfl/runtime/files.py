@@ -1,20 +1,39 @@
-"""Atomic file writes: a reader (or a crash) never sees half a file."""
+"""The run folder's file writes: atomic replacement (a reader or a crash never sees half a file), appends that
+leave no partial line, and strict JSON.
+
+Strict JSON: a float that is not finite is written as the string "NaN", "Infinity" or "-Infinity" (bare NaN and
+Infinity are not JSON; jq and JSON.parse reject them); `read_json`/`restore_nonfinite` turn those strings back
+into floats, and read older files holding the bare words too.
+"""
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
+#: How a non-finite float is written, and read back.
+NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
 
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over `path`."""
+    """Write to a temporary file in the same folder, fsync, then rename over `path`; the file gets the mode a
+    plain open would give it (0o666 less the umask), not mkstemp's 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = "wb" if isinstance(data, bytes) else "w"
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, mode) as fh:
             fh.write(data)
             fh.flush()
@@ -26,8 +45,46 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
         raise
 
 
+def strict(obj: Any) -> Any:
+    """`obj` with every non-finite float (numpy's too) replaced by its NONFINITE name."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else ("NaN" if obj != obj else "Infinity" if obj > 0 else "-Infinity")
+    if isinstance(obj, dict):
+        return {k: strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict(v) for v in obj]
+    if type(obj).__module__ == "numpy":
+        return strict(jsonable(obj))
+    return obj
+
+
+def dumps(obj: Any, indent: int | None = None) -> str:
+    """Strict JSON text of `obj` (non-finite floats as NONFINITE names; see jsonable for other objects)."""
+    try:
+        return json.dumps(obj, indent=indent, default=jsonable, allow_nan=False)
+    except ValueError:  # a non-finite float somewhere: the slower walk only then
+        return json.dumps(strict(obj), indent=indent, default=jsonable, allow_nan=False)
+
+
+def restore_nonfinite(obj: Any) -> Any:
+    """Decoded JSON with the NONFINITE names turned back into floats."""
+    if isinstance(obj, str):
+        return NONFINITE.get(obj, obj)
+    if isinstance(obj, dict):
+        return {k: restore_nonfinite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [restore_nonfinite(v) for v in obj]
+    return obj
+
+
+def loads(text: str) -> Any:
+    """JSON as the run folder writes it: NONFINITE names (and older files' bare NaN, Infinity) as floats."""
+    return restore_nonfinite(json.loads(text))
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    write_atomic(path, json.dumps(obj, indent=2, default=jsonable) + "\n")
+    """`obj` as indented strict JSON, replacing `path` atomically."""
+    write_atomic(path, dumps(obj, indent=2) + "\n")
 
 
 def jsonable(obj: Any) -> Any:
@@ -35,25 +92,37 @@ def jsonable(obj: Any) -> Any:
     try:
         import numpy as np
         if isinstance(obj, np.generic):
-            return obj.item()
+            return strict(obj.item())
         if isinstance(obj, np.ndarray):
-            return obj.tolist()
+            return strict(obj.tolist())
     except ImportError:  # pragma: no cover
         pass
     return str(obj)
 
 
 class JsonLines:
-    """An append-only JSON-lines log; each record is one line, flushed and synced as it is written."""
+    """An append-only JSON-lines log: each record is one line, written by one write on an O_APPEND descriptor and
+    synced; a write that fails (disk full) is cut back to the file's previous end, so no partial line stays."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
-        self._fh = open(self.path, "a", buffering=1)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
 
     def write(self, record: dict) -> None:
-        self._fh.write(json.dumps(record, default=jsonable) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        """Append `record` as one line, or leave the file as it was and raise OSError."""
+        data = (dumps(record) + "\n").encode()
+        end = os.fstat(self._fd).st_size
+        try:
+            written = os.write(self._fd, data)
+            if written != len(data):
+                raise OSError(f"{self.path}: wrote {written} of {len(data)} bytes (disk full?)")
+            os.fsync(self._fd)
+        except OSError:
+            os.ftruncate(self._fd, end)
+            raise
 
     def close(self) -> None:
-        self._fh.close()
+        """Close the file (once)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

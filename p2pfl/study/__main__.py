@@ -3,6 +3,7 @@ ones, rerun the failed ones, resume the preempted ones; `--status` says where ea
 from __future__ import annotations
 
 import argparse
+import shlex
 import signal
 import sys
 import time
@@ -11,8 +12,8 @@ from pathlib import Path
 
 from p2pfl.study.folder import StudyFolder, status_table
 from p2pfl.study.local import default_jobs, run_local
-from p2pfl.study.plan import StudyError, load_study
-from p2pfl.study.slurm import submit
+from p2pfl.study.plan import StudyError, check_points, load_study
+from p2pfl.study.slurm import sbatch_command, submit
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,6 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.ranks_per_run < 1 or (args.jobs is not None and args.jobs < 1):
             raise StudyError("--ranks-per-run and --jobs must be >= 1")
         folder, (plan, text) = _folder(args.study, args.out)
+        if not args.status:
+            check_points(plan, args.ranks_per_run)  # before anything runs or is queued, and by --dry-run
     except StudyError as exc:
         print(f"p2pfl.study: error: {exc}", file=sys.stderr)
         return 2
@@ -63,7 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     states = {s.name: s.state for s in folder.states(names)} if folder.path.is_dir() else {}
     todo = [n for n in names if states.get(n, "pending") not in ("done", "running")]
     skipped = len(names) - len(todo)
-    if args.dry_run and not args.slurm:
+    if args.dry_run:  # says what would run and writes nothing
+        if args.slurm and todo:
+            print(shlex.join(sbatch_command(folder, todo, args.ranks_per_run, plan.slurm, args.throttle,
+                                            args.sbatch_arg)))
+            return 0
         print(f"{folder.path}: {len(todo)} of {len(names)} points to run ({skipped} done or running)")
         for n in todo:
             print(f"  {states.get(n, 'pending'):<9} {n}")
@@ -74,12 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.slurm:
         try:
-            result = submit(folder, todo, args.ranks_per_run, plan.slurm, args.throttle, args.sbatch_arg,
-                            dry_run=args.dry_run)
+            result = submit(folder, todo, args.ranks_per_run, plan.slurm, args.throttle, args.sbatch_arg)
         except (RuntimeError, FileNotFoundError) as exc:
             print(f"p2pfl.study: error: {exc}", file=sys.stderr)
             return 1
-        print(result if args.dry_run else f"{folder.path}: submitted job array {result} ({len(todo)} points)")
+        print(f"{folder.path}: submitted job array {result} ({len(todo)} points)")
         return 0
     jobs = args.jobs or default_jobs(args.ranks_per_run)
     print(f"{folder.path}: running {len(todo)} of {len(names)} points, {jobs} at once, {args.ranks_per_run} "

@@ -9,7 +9,8 @@
     STUDY/logs/NAME.job         who runs it now: local:PID@HOST or slurm:JOBID_TASK
     STUDY/failed/NAME.K/        the run folder of an earlier failed attempt, kept
 
-A point is done (summary.json), failed (an exit status other than 0 and 75), running (a job named and alive),
+A point is done (summary.json), failed (a summary.json with status failed, or an exit status other than 0 and
+75), running (a job named and alive),
 preempted (75, or a job gone with a checkpoint: resumed next time) or pending.
 """
 from __future__ import annotations
@@ -26,7 +27,8 @@ from typing import Any
 
 import yaml
 
-from p2pfl.runtime.files import write_atomic
+from p2pfl.records import is_failed
+from p2pfl.runtime.files import loads, write_atomic
 from p2pfl.runtime.preemption import PREEMPTED_EXIT
 from p2pfl.study.plan import Plan
 
@@ -53,6 +55,15 @@ def last_error_line(log: str) -> str | None:
     line = next((line for line in reversed(lines) if line.startswith(("p2pfl: error:", "p2pfl: timeout:"))), None)
     line = line or next((line for line in reversed(lines) if _ERROR_LINE.search(line)), lines[-1])
     return line if len(line) <= 300 else line[:297] + "..."
+
+
+def failed_reason(summary: Path) -> str | None:
+    """The reason a failed run's summary.json gives (None for a finished run's, or one that cannot be read)."""
+    try:
+        record = loads(summary.read_text())
+    except (OSError, ValueError):
+        return None
+    return str(record.get("reason") or "failed") if isinstance(record, dict) and is_failed(record) else None
 
 
 class StudyFolder:
@@ -96,8 +107,14 @@ class StudyFolder:
         return (self.run_dir(name) / "checkpoint" / "state.json").is_file()
 
     def state(self, name: str) -> PointState:
-        if (self.run_dir(name) / "summary.json").is_file():
-            return PointState(name, "done")
+        """Where the point stands (see the module's docstring)."""
+        summary = self.run_dir(name) / "summary.json"
+        if summary.is_file():
+            failure = failed_reason(summary)
+            if failure is None:
+                return PointState(name, "done")
+            log = self.log(name).read_text(errors="replace") if self.log(name).is_file() else ""
+            return PointState(name, "failed", last_error_line(log) or failure)
         rc = self.rc(name)
         job = self.job_file(name).read_text().strip() if self.job_file(name).is_file() else None
         if job is not None and _alive(job):

@@ -8,7 +8,6 @@ requeues its task, which then resumes.
 """
 from __future__ import annotations
 
-import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -38,13 +37,11 @@ def sbatch_command(folder: StudyFolder, names: list[str], ranks: int, options: d
 
 
 def submit(folder: StudyFolder, names: list[str], ranks: int, options: dict[str, Any],
-           throttle: int | None = None, extra: list[str] | None = None, dry_run: bool = False) -> str:
-    """Write array.txt and submit the array (or, with dry_run, only say the command); returns the job id or
-    the command."""
+           throttle: int | None = None, extra: list[str] | None = None) -> str:
+    """Write array.txt and submit the array; returns the job id (`sbatch_command` alone says the command and
+    writes nothing: --dry-run)."""
     write_atomic(folder.path / "array.txt", "".join(f"{n}\n" for n in names))
     cmd = sbatch_command(folder, names, ranks, options, throttle, extra)
-    if dry_run:
-        return shlex.join(cmd)
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"sbatch failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ''}")

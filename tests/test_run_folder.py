@@ -1,0 +1,132 @@
+"""The run folder's files: strict JSON with non-finite numbers read back as floats, appends that leave no cut
+line, the user's umask, a failed run's status, and run folder names that stay under --out."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import p2pfl.runtime.files as files
+from analysis.frames import frame
+from analysis.runs import load_run
+from p2pfl.config import make_config
+from p2pfl.run import main
+from p2pfl.runtime.files import JsonLines, write_atomic
+from p2pfl.runtime.runfolder import RunFolder
+
+CONSENSUS = ["--algorithm", "consensus", "--peers", "4", "--vector-size", "20", "--rounds", "2", "--eval-every",
+             "0", "--no-progress", "--no-plots"]
+
+
+def _strict(text: str) -> object:
+    """json.loads that refuses NaN, Infinity and -Infinity, as strict JSON readers do."""
+    def refuse(word: str) -> None:
+        raise ValueError(f"not JSON: {word}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_non_finite_numbers_are_strict_json_and_read_back_as_floats(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path / "r", make_config(algorithm="consensus", peers=2, out=str(tmp_path)))
+    folder.log({"type": "round", "round": 1, "elapsed_s": 0.1, "loss": {"0": math.nan, "1": np.float32("inf")},
+                "loss_mean": math.nan, "consensus_distance": -math.inf, "bytes_sent": 0, "bytes_recv": 0})
+    folder.write_summary({"final": {"a": math.nan, "b": [math.inf, -math.inf, 1.5]}, "wall_s": 1.0})
+    folder.close()
+    for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines():
+        _strict(line)
+    _strict((tmp_path / "r" / "summary.json").read_text())
+    run = load_run(tmp_path / "r")
+    record = run.rounds[0]
+    assert math.isnan(record["loss"]["0"]) and record["loss"]["1"] == math.inf
+    assert math.isnan(record["loss_mean"]) and record["consensus_distance"] == -math.inf
+    assert math.isnan(run.summary["final"]["a"]) and run.summary["final"]["b"] == [math.inf, -math.inf, 1.5]
+
+
+def test_older_files_with_bare_nan_still_read(tmp_path: Path) -> None:
+    RunFolder(tmp_path / "r", make_config(algorithm="consensus", peers=2, out=str(tmp_path))).close()
+    (tmp_path / "r" / "metrics.jsonl").write_text('{"type": "round", "round": 0, "loss_mean": NaN, '
+                                                  '"consensus_distance": Infinity}\n')
+    record = load_run(tmp_path / "r").rounds[0]
+    assert math.isnan(record["loss_mean"]) and record["consensus_distance"] == math.inf
+
+
+@pytest.mark.parametrize("how", ["raises", "short"])
+def test_a_failing_append_leaves_the_file_as_it_was(tmp_path: Path, monkeypatch, how: str) -> None:
+    """The disk fills during an append: the write stores 7 bytes and then raises (or returns 7); the file keeps
+    its complete lines only, and the next append after space is freed is a whole line."""
+    log = JsonLines(tmp_path / "m.jsonl")
+    log.write({"round": 0, "x": 1.0})
+    before = (tmp_path / "m.jsonl").read_bytes()
+    real_write = os.write
+
+    def full_disk(fd: int, data: bytes) -> int:
+        real_write(fd, data[:7])
+        if how == "raises":
+            raise OSError(28, "No space left on device")
+        return 7
+
+    monkeypatch.setattr(files.os, "write", full_disk)
+    with pytest.raises(OSError):
+        log.write({"round": 1, "x": 2.0})
+    assert (tmp_path / "m.jsonl").read_bytes() == before
+    monkeypatch.undo()
+    log.write({"round": 2, "x": 3.0})
+    log.close()
+    assert [json.loads(line)["round"] for line in (tmp_path / "m.jsonl").read_text().splitlines()] == [0, 2]
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027])
+def test_files_honour_the_umask(tmp_path: Path, mask: int) -> None:
+    old = os.umask(mask)
+    try:
+        write_atomic(tmp_path / "a.json", "{}")
+        assert main([*CONSENSUS, "--out", str(tmp_path), "--name", "r"]) == 0
+    finally:
+        os.umask(old)
+    expected = 0o666 & ~mask
+    assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == expected
+    for name in ("config.yaml", "manifest.json", "metrics.jsonl", "summary.json"):
+        assert stat.S_IMODE((tmp_path / "r" / name).stat().st_mode) == expected, name
+
+
+def test_a_run_failing_while_loading_data_reads_back_as_failed(tmp_path: Path, monkeypatch, capsys) -> None:
+    def unreadable(**options: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("p2pfl.data.datasets.synthetic_dataset", unreadable)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--algorithm", "fedavg", "--dataset", "synthetic", "--peers", "2", "--rounds", "1", "--no-progress",
+              "--no-plots", "--out", str(tmp_path), "--name", "r"])
+    assert exit_.value.code == 1
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["reason"] == "OSError: [Errno 5] Input/output error"
+    run = load_run(tmp_path / "r")
+    assert run.state == "failed" and run.failure == "OSError: [Errno 5] Input/output error"
+    assert frame(tmp_path / "r").runs["state"].tolist() == ["failed"]
+    RunFolder(tmp_path / "live", make_config(algorithm="consensus", peers=2, out=str(tmp_path))).close()
+    assert load_run(tmp_path / "live").state == "unfinished"
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("name", ["../x", "ABS", "a/b", "..", ".", "n" * 300])
+def test_a_name_that_is_not_one_folder_is_refused(tmp_path: Path, capsys, name: str) -> None:
+    out = tmp_path / "deep" / "out"
+    out.mkdir(parents=True)
+    name = str(tmp_path / "abs") if name == "ABS" else name
+    before = _tree(tmp_path)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main([*CONSENSUS, "--out", str(out), "--name", name])
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("p2pfl: error: --name: "), lines
+    if len(name) > 200:
+        assert lines[0] == "p2pfl: error: --name: too long (300 characters); at most 200 allowed"
+    assert _tree(tmp_path) == before
