@@ -27,10 +27,13 @@ from typing import Any
 
 import yaml
 
+from p2pfl.names import folder_name_error
 from p2pfl.options import catalogue
 from p2pfl.options import opt as _opt
 from p2pfl.options import owned as _owned
 from p2pfl.options import sections as _registered
+from p2pfl.shown import shown
+from p2pfl.yamlfile import safe_load
 
 
 class ConfigError(ValueError):
@@ -67,7 +70,7 @@ class RunConfig:
     participation: float = _opt(1.0, "fraction rho of peers drawn to take part each round, in (0, 1]")
     out: str = _opt("runs", "parent folder of the run folder")
     name: str | None = _opt(None, "run folder name (default <time>-<algorithm>-<topology>)")
-    timeout: float = _opt(300.0, "seconds a receive may wait before the job aborts")
+    timeout: float = _opt(300.0, "seconds a receive or collective may wait before the job aborts")
     threads: int = _opt(1, "torch intra-op threads per process (results are bitwise reproducible at equal threads)")
     device: str = _opt("auto", "auto (GPU by node-local rank when present), cpu, or cuda",
                        _owned("p2pfl.runtime.device", "DEVICES"))
@@ -236,6 +239,15 @@ class RunConfig:
         return {name: getattr(self, name) for name in self.from_method}
 
 
+#: The options a --resume may set to other values than the run's own: they continue the run (how far, how long a
+#: receive waits, how often it checkpoints, the testing aid --fault), observe it (evaluation schedule, records,
+#: trackers, progress, plots) or say where and how it computes without changing a number (run folder, data root,
+#: message chunks, how a rank's peers are batched). Any other difference is refused (`check_resume`).
+CONTINUING = frozenset({
+    "rounds", "updates", "sim_time", "timeout", "checkpoint_every", "fault", "eval_every", "eval_every_s",
+    "peer_records", "log", "progress", "plots", "resume", "out", "name", "data_dir", "download", "chunk_mb",
+    "cuda_aware_mpi", "batch_peers"})
+
 #: The order of the options (--help groups, config.yaml, --print-config): the core's groups and, by name, the
 #: methods' sections (p2pfl.options) where they have always stood; a section not named here comes after these,
 #: in the order of the names.
@@ -314,6 +326,8 @@ def _convert(f: dataclasses.Field, value: Any) -> Any:
         if f.default is None:
             return None
         raise ConfigError(f"{_flag(f.name)}: a value is required")
+    if typ in (int, float) and isinstance(value, bool):
+        raise ConfigError(f"{_flag(f.name)}: expected {typ.__name__}, got the boolean {value}")
     try:
         if typ is bool:
             if isinstance(value, bool):
@@ -330,7 +344,7 @@ def _convert(f: dataclasses.Field, value: Any) -> Any:
         if typ is float:
             number = float(value)
             if not math.isfinite(number):
-                raise ConfigError(f"{_flag(f.name)}: must be a finite number, got {value!r}")
+                raise ConfigError(f"{_flag(f.name)}: must be a finite number, got {shown(value)}")
             return number
         if isinstance(value, (list, dict, set, tuple, bytes)):
             raise ValueError
@@ -338,7 +352,7 @@ def _convert(f: dataclasses.Field, value: Any) -> Any:
     except (TypeError, ValueError, OverflowError) as exc:
         if isinstance(exc, ConfigError):
             raise
-        raise ConfigError(f"{_flag(f.name)}: expected {typ.__name__}, got {value!r}") from None
+        raise ConfigError(f"{_flag(f.name)}: expected {typ.__name__}, got {shown(value)}") from None
 
 
 def load_yaml(path: str) -> dict[str, Any]:
@@ -347,7 +361,7 @@ def load_yaml(path: str) -> dict[str, Any]:
         raise ConfigError(f"--config: file not found: {path}")
     try:
         with open(path) as fh:
-            data = yaml.safe_load(fh) or {}
+            data = safe_load(fh) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"--config: {path} is not valid YAML ({str(exc).splitlines()[0]})") from None
     except (UnicodeDecodeError, OSError) as exc:
@@ -359,7 +373,7 @@ def load_yaml(path: str) -> dict[str, Any]:
     for key, value in data.items():
         name = str(key).replace("-", "_")
         if name not in known:
-            raise ConfigError(f"--config: unknown key '{key}' in {path} (see python -m p2pfl.run --help)")
+            raise ConfigError(f"--config: unknown key {shown(key)} in {path} (see python -m p2pfl.run --help)")
         out[name] = value
     return out
 
@@ -467,7 +481,7 @@ def _check_choice(f: dataclasses.Field, value: Any) -> None:
     if choices is None or value is None:
         return
     allowed = list(choices() if callable(choices) else choices)
-    _check(value in allowed, f.name, f"unknown value '{value}'; allowed: {', '.join(allowed)}")
+    _check(value in allowed, f.name, f"unknown value {shown(value)}; allowed: {', '.join(allowed)}")
 
 
 def validate(cfg: RunConfig) -> None:
@@ -502,10 +516,15 @@ def validate(cfg: RunConfig) -> None:
     _validate_time(cfg)
     for name, allowed in _declared(cfg, "allowed").items():
         value = getattr(cfg, name)
-        _check(value in allowed, name, f"{cfg.algorithm} allows only {', '.join(map(str, allowed))}, got '{value}'")
+        _check(value in allowed, name,
+               f"{cfg.algorithm} allows only {', '.join(map(str, allowed))}, got {shown(value)}")
     if cfg.peers is not None:
         _check(cfg.peers >= 2, "peers", f"need at least 2 peers, got {cfg.peers}")
+        check_peer_count(cfg.peers)
     _check(cfg.rounds >= 0, "rounds", f"must be >= 0, got {cfg.rounds}")
+    from p2pfl.seeding import MAX_SEED  # here: importing the configuration imports no torch
+    _check(0 <= cfg.seed <= MAX_SEED, "seed",
+           f"must lie in [0, {MAX_SEED}] (every random stream is keyed by 32 bits), got {shown(cfg.seed)}")
     _check(0.0 < cfg.p <= 1.0, "p", f"must lie in (0, 1], got {cfg.p}")
     _check(0.0 < cfg.participation <= 1.0, "participation", f"must lie in (0, 1], got {cfg.participation}")
     _check(0.0 <= cfg.link_failure < 1.0, "link_failure", f"must lie in [0, 1), got {cfg.link_failure}")
@@ -524,7 +543,8 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.clip_radius is None or cfg.clip_radius > 0, "clip_radius", f"must be > 0, got {cfg.clip_radius}")
     _check(cfg.attack_scale >= 0, "attack_scale", f"must be >= 0, got {cfg.attack_scale}")
     _check(cfg.timeout > 0, "timeout", f"must be > 0 seconds, got {cfg.timeout}")
-    _check(cfg.threads >= 1, "threads", f"must be >= 1, got {cfg.threads}")
+    _check(1 <= cfg.threads <= MAX_THREADS, "threads",
+           f"must lie in [1, {MAX_THREADS}] (threads per process; a node has fewer cores), got {shown(cfg.threads)}")
     _check(cfg.chunk_mb >= 1, "chunk_mb", f"must be >= 1, got {cfg.chunk_mb}")
     _check(cfg.peer_records >= 0, "peer_records", f"must be >= 0 (0: never summarise), got {cfg.peer_records}")
     _check(cfg.checkpoint_every >= 0, "checkpoint_every", f"must be >= 0, got {cfg.checkpoint_every}")
@@ -535,6 +555,9 @@ def validate(cfg: RunConfig) -> None:
     if cfg.resume is not None:
         _check(os.path.isfile(os.path.join(cfg.resume, "checkpoint", "state.json")), "resume",
                f"no checkpoint in {cfg.resume} (run with --checkpoint-every N first)")
+    if cfg.name is not None:
+        error = folder_name_error(cfg.name)
+        _check(error is None, "name", str(error))
     _check(cfg.eval_every >= 0, "eval_every", f"must be >= 0, got {cfg.eval_every}")
     _check(cfg.eval_peers is None or cfg.eval_peers >= 1, "eval_peers", f"must be >= 1, got {cfg.eval_peers}")
     _check(cfg.zeta2_batch >= 0, "zeta2_batch", f"must be >= 0, got {cfg.zeta2_batch}")
@@ -551,6 +574,8 @@ def validate(cfg: RunConfig) -> None:
            f"must lie in (0, 1], got {cfg.crop_scale}")
     _validate_methods(cfg, "data")
     _check(cfg.rotate_groups >= 1, "rotate_groups", f"must be >= 1, got {cfg.rotate_groups}")
+    _check(cfg.train_subset is None or cfg.train_subset >= 1, "train_subset",
+           f"must be >= 1 training images, got {cfg.train_subset}")
     _check(cfg.local_epochs > 0, "local_epochs", f"must be > 0, got {cfg.local_epochs}")
     _check(cfg.local_steps is None or cfg.local_steps >= 1, "local_steps", f"must be >= 1, got {cfg.local_steps}")
     _check(cfg.batch_size >= 2, "batch_size", f"must be >= 2, got {cfg.batch_size}")
@@ -559,7 +584,7 @@ def validate(cfg: RunConfig) -> None:
     if cfg.fault is not None:
         _check(re.fullmatch(r"(raise|silent|nan|diverge)@\d+:\d+", cfg.fault) is not None, "fault",
                "expected 'raise@RANK:ROUND', 'silent@PEER:ROUND', 'nan@PEER:ROUND' or 'diverge@PEER:ROUND', "
-               f"got {cfg.fault!r}")
+               f"got {shown(cfg.fault)}")
 
 
 def log_names(value: str | None) -> list[str]:
@@ -575,6 +600,33 @@ def _validate_methods(cfg: RunConfig, stretch: str) -> None:
     for section in cfg.method_options:
         if section.validated_after == stretch and hasattr(section, "validate"):
             section.validate(_check)
+
+
+#: The most torch threads a process may ask for.
+MAX_THREADS = 1024
+#: The most peers a run may have unless $P2PFL_MAX_PEERS says otherwise: every rank builds the graph, the network
+#: schedule and the placement of all peers, about PEER_BYTES each before any model or data.
+MAX_PEERS = 1_000_000
+PEER_BYTES = 1024
+
+
+def max_peers() -> int:
+    """The largest peer count a run accepts: $P2PFL_MAX_PEERS, else MAX_PEERS."""
+    raw = os.environ.get("P2PFL_MAX_PEERS")
+    if raw is None:
+        return MAX_PEERS
+    if not raw.strip().isdigit():
+        raise ConfigError(f"P2PFL_MAX_PEERS: must be a whole number of peers, got {shown(raw)}")
+    return int(raw)
+
+
+def check_peer_count(peers: int) -> None:
+    """ConfigError naming --peers when a run of `peers` peers is over the limit, before anything is built."""
+    limit = max_peers()
+    _check(peers <= limit, "peers",
+           f"{shown(peers)} peers exceed the limit of {limit} (every rank holds the graph and network of all peers, "
+           f"about {PEER_BYTES} bytes a peer before any model: {shown(peers * PEER_BYTES >> 30)} GiB; raise the limit "
+           "with P2PFL_MAX_PEERS)")
 
 
 SINGLE_PROCESS_PEERS = 20
@@ -605,6 +657,7 @@ def resolve(cfg: RunConfig, world_size: int) -> ResolvedRun:
     else:
         peers = world_size if world_size > 1 else SINGLE_PROCESS_PEERS
     _check(peers >= 2, "peers", f"need at least 2 peers, got {peers} (set --peers or run more ranks)")
+    check_peer_count(peers)
     _check(peers >= world_size, "peers",
            f"{peers} peers cannot fill {world_size} MPI ranks; use --peers >= {world_size} or fewer ranks")
     if cfg.batch_peers == "on":
@@ -622,7 +675,56 @@ def resolve(cfg: RunConfig, world_size: int) -> ResolvedRun:
         crashes = parse_crashes(cfg.crash, peers, cfg.seed)
         _check(len(crashes) < peers or max(crashes.values()) > cfg.rounds, "crash",
                f"{cfg.crash} crashes all {peers} peers; at least one must stay up")
-    return ResolvedRun(dataclasses.replace(cfg, peers=peers), spec)
+    if cfg.fault is not None:
+        _check_fault_target(cfg.fault, peers, world_size)
+    resolved = dataclasses.replace(cfg, peers=peers)
+    if cfg.resume is not None:
+        check_resume(resolved)
+    return ResolvedRun(resolved, spec)
+
+
+def _shown(value: Any) -> str:
+    return "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def check_resume(cfg: RunConfig) -> None:
+    """A resolved --resume configuration against its run's own (RESUME_DIR/config.yaml): a ConfigError naming
+    every option outside CONTINUING whose value differs, with both values. Options the run's file does not hold
+    (added since it was written) are not compared."""
+    path = os.path.join(cfg.resume, "config.yaml")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            own = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"--resume: {cfg.resume} has no config.yaml (not a run folder)") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"--resume: {path} is not readable ({type(exc).__name__})") from None
+    if not isinstance(own, dict):
+        raise ConfigError(f"--resume: {path} does not hold the run's options")
+    differing = []
+    for f in options():
+        if f.name in CONTINUING or f.name not in own:
+            continue
+        try:
+            then = _convert(f, own[f.name])
+        except ConfigError:
+            then = own[f.name]
+        now = getattr(cfg, f.name)
+        if then != now:
+            differing.append(f"{_flag(f.name)} {_shown(then)}" + (" (run)" if not differing else "") +
+                             f" vs {_shown(now)}" + (" (now)" if not differing else ""))
+    if differing:
+        raise ConfigError(f"--resume {cfg.resume}: differs from the run's own options: {', '.join(differing)}")
+
+
+def _check_fault_target(fault: str, peers: int, world_size: int) -> None:
+    """The rank (raise@) or peer (the others) a --fault names exists in a run of `peers` on `world_size` ranks."""
+    kind, _, rest = fault.partition("@")
+    who = int(rest.partition(":")[0])
+    if kind == "raise":
+        _check(who < world_size, "fault", f"rank {who} does not exist (ranks are 0..{world_size - 1})")
+    else:
+        _check(who < peers, "fault", f"peer {who} does not exist (peers are 0..{peers - 1})")
 
 
 def to_yaml(cfg: RunConfig) -> str:

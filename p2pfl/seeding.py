@@ -12,11 +12,13 @@ import numpy as np
 import torch
 
 SHARED = -1
+#: Seeds are 32-bit: every stream is keyed by the seed's low 32 bits, so a larger seed would repeat a smaller one.
+MAX_SEED = 0xFFFFFFFF
 
 
 def stream_seed(seed: int, peer: int, purpose: str) -> int:
     """A 63-bit seed that depends only on (seed, peer, purpose)."""
-    entropy = [int(seed) & 0xFFFFFFFF, int(peer) + 1, zlib.crc32(purpose.encode())]
+    entropy = [int(seed) & MAX_SEED, int(peer) + 1, zlib.crc32(purpose.encode())]
     words = np.random.SeedSequence(entropy).generate_state(2, dtype=np.uint32)
     return (int(words[0]) << 31 ^ int(words[1])) & ((1 << 63) - 1)
 

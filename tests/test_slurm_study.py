@@ -36,7 +36,7 @@ def _job(out: str) -> int:
 
 def test_a_study_as_a_job_array_completes_reports_its_failure_and_builds_its_report(tmp_path: Path, slurm) -> None:
     study = {"name": "arr", "base": TINY, "axes": {"topology": ["cycle", "complete"], "seed": [0]},
-             "points": [{"topology": "cycle", "seed": 1}, {"topology": "cycle", "seed": 2, "mixing": "server"}]}
+             "points": [{"topology": "cycle", "seed": 1}, {"topology": "cycle", "seed": 2, "crash": "1@1,3@1"}]}
     dry, _ = _study(tmp_path, slurm, study, "--slurm", "--dry-run")
     assert dry.returncode == 0 and "sbatch --parsable --array=0-3%16" in dry.stdout and "study.sbatch" in dry.stdout
     submitted, env = _study(tmp_path, slurm, study, "--slurm", "--throttle", "2")
@@ -44,19 +44,19 @@ def test_a_study_as_a_job_array_completes_reports_its_failure_and_builds_its_rep
     states = slurm.wait(_job(submitted.stdout), timeout=240)
     assert sorted(states.values()) == ["COMPLETED", "COMPLETED", "COMPLETED", "FAILED"], states
     folder = StudyFolder(tmp_path / "studies" / "arr")
-    bad = "topology-cycle__seed-2__mixing-server"
+    bad = "topology-cycle__seed-2__crash-1_1_3_1"
     for name in ("topology-cycle__seed-0", "topology-complete__seed-0", "topology-cycle__seed-1"):
         assert folder.state(name).state == "done" and (folder.run_dir(name) / "summary.json").is_file()
     assert folder.state(bad).state == "failed" and folder.rc(bad) == 2
     status = subprocess.run([sys.executable, "-m", "p2pfl.study", str(folder.path), "--status"], cwd=ROOT,
                             env=env, capture_output=True, text=True, timeout=60)
     assert "done 3  running 0  failed 1" in status.stdout, status.stdout
-    assert f"failed  {bad}: p2pfl: error: --mixing: server is the star's hub" in status.stdout
+    assert f"failed  {bad}: p2pfl: error: --crash 1@1,3@1: peer(s) [0, 2] would have no neighbour" in status.stdout
     report = subprocess.run([sys.executable, "-m", "analysis.report", str(folder.path), "--no-plots"], cwd=ROOT,
                             env=env, capture_output=True, text=True, timeout=120)
     assert report.returncode == 0, report.stderr
     text = (folder.path / "report" / "report.md").read_text()
-    assert bad in text and "--mixing: server is the star's hub" in text
+    assert bad in text and "--crash 1@1,3@1: peer(s) [0, 2] would have no neighbour" in text
 
 
 SLOW = {"algorithm": "fedavg", "peers": 6, "rounds": 6, "topology": "cycle", "dataset": "synthetic",

@@ -86,15 +86,15 @@ def _write(tmp_path: Path, study: dict) -> Path:
 
 def test_a_local_study_runs_skips_what_is_done_and_reports_a_failure(tmp_path: Path, capsys) -> None:
     study = {"name": "s", "base": CONSENSUS, "axes": {"topology": ["cycle", "complete"]}, "seeds": 2,
-             "points": [{"topology": "cycle", "seed": 0, "mixing": "server"}]}  # server needs the star: fails
+             "points": [{"topology": "cycle", "seed": 0, "crash": "1@1,3@1"}]}  # 0 and 2 alone: fails at set-up
     path = _write(tmp_path, study)
     out = tmp_path / "studies"
     assert study_main([str(path), "--out", str(out), "--jobs", "2"]) == 1
     folder = StudyFolder(out / "s")
     states = {s.name: s for s in folder.states([p.name for p in load_study(path)[0].points])}
-    bad = "topology-cycle__seed-0__mixing-server"
+    bad = "topology-cycle__seed-0__crash-1_1_3_1"
     assert {n: s.state for n, s in states.items()} == {**{n: "done" for n in states if n != bad}, bad: "failed"}
-    assert states[bad].error.startswith("p2pfl: error: --mixing: server is the star's hub")
+    assert states[bad].error.startswith("p2pfl: error: --crash 1@1,3@1: peer(s) [0, 2] would have no neighbour")
     for name in states:
         if name != bad:
             run = folder.run_dir(name)
@@ -104,13 +104,13 @@ def test_a_local_study_runs_skips_what_is_done_and_reports_a_failure(tmp_path: P
     assert study_main([str(out / "s"), "--status"]) == 0
     report = capsys.readouterr().out
     assert "done 4  running 0  failed 1  preempted 0  pending 0  (of 5)" in report
-    assert f"failed  {bad}: p2pfl: error: --mixing:" in report
+    assert f"failed  {bad}: p2pfl: error: --crash" in report
     # fixed in the study file: only the failed point runs again; its first attempt's folder is kept
-    study["points"][0]["mixing"] = "metropolis"
+    study["points"][0]["crash"] = "1@2"
     path.write_text(yaml.safe_dump(study, sort_keys=False))
     assert study_main([str(path), "--out", str(out), "--dry-run"]) == 0
     dry = capsys.readouterr().out
-    assert "1 of 5 points to run" in dry and "topology-cycle__seed-0__mixing-metropolis" in dry
+    assert "1 of 5 points to run" in dry and "topology-cycle__seed-0__crash-1_2" in dry
     assert study_main([str(path), "--out", str(out)]) == 0
     assert "running 1 of 5 points" in capsys.readouterr().out
     assert study_main([str(path), "--out", str(out)]) == 0
@@ -155,3 +155,68 @@ def test_a_preempted_study_resumes_its_points_exactly(tmp_path: Path) -> None:
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert direct.returncode == 0, direct.stderr[-2000:]
     assert normalise(run / "metrics.jsonl") == normalise(whole / "metrics.jsonl")
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("p2pfl.study: error: "), err
+    return err[0]
+
+
+@pytest.mark.parametrize("flags", [[], ["--dry-run"], ["--slurm", "--dry-run"]], ids=["run", "dry-run", "slurm"])
+def test_a_bad_point_value_is_refused_before_any_point_runs_or_is_queued(flags: list[str], tmp_path: Path,
+                                                                         capsys) -> None:
+    study = {"name": "bad", "base": CONSENSUS, "axes": {"topology": ["cycle", "ring"]}}
+    out = tmp_path / "studies"
+    assert study_main([str(_write(tmp_path, study)), "--out", str(out), *flags]) == 2
+    line = _one_error_line(capsys)
+    assert "point topology-ring: --topology: unknown value 'ring'" in line
+    assert not out.exists()  # nothing ran, nothing was written or queued
+
+
+def test_an_empty_listed_point_is_refused_and_finished_runs_stay(tmp_path: Path, capsys) -> None:
+    study = {"name": "s", "base": CONSENSUS, "axes": {"topology": ["cycle"]}, "points": [{}]}
+    with pytest.raises(StudyError, match=r"points\[0\]: an empty point"):
+        expand(study)
+    finished = tmp_path / "studies" / "s" / "runs" / "topology-cycle"
+    finished.mkdir(parents=True)
+    (finished / "summary.json").write_text("{}")
+    assert study_main([str(_write(tmp_path, study)), "--out", str(tmp_path / "studies")]) == 2
+    assert "points[0]: an empty point" in _one_error_line(capsys)
+    assert (finished / "summary.json").is_file() and not (tmp_path / "studies" / "s" / "failed").exists()
+
+
+@pytest.mark.parametrize("axes,named", [
+    ({"data": [{"label": "x", "partition": "iid"}, {"label": "x", "partition": "dirichlet"}]},
+     "'data-x' but differ in partition ('iid' vs 'dirichlet')"),
+    ({"graph_file": ["my graph.txt", "my_graph.txt"]},
+     "'graph_file-my_graph.txt' but differ in graph_file ('my graph.txt' vs 'my_graph.txt')"),
+], ids=["one-label", "space-underscore"])
+def test_points_whose_names_collide_are_refused_naming_both(axes: dict, named: str, tmp_path: Path,
+                                                            capsys) -> None:
+    study = {"base": CONSENSUS, "axes": axes}
+    with pytest.raises(StudyError, match="both get the name") as caught:
+        expand(study)
+    assert named in str(caught.value)
+    assert study_main([str(_write(tmp_path, study)), "--out", str(tmp_path / "studies")]) == 2
+    assert "both get the name" in _one_error_line(capsys)
+    assert not (tmp_path / "studies").exists()
+
+
+@pytest.mark.parametrize("study,message", [
+    ({"seeds": 100_000_000}, "seeds: a count in [1, 100000] "),
+    ({"seeds": True}, "axes.seed: must be a non-empty list"),
+    ({"axes": {"seed": list(range(100)), "rounds": list(range(100)), "lr": [0.1] * 100, "p": [0.5] * 100}},
+     "100000000 points: a study may have at most 100000"),
+], ids=["seeds", "boolean-seeds", "grid"])
+def test_sizes_of_a_study_are_bounded_before_anything_is_built(study: dict, message: str) -> None:
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        with pytest.raises(StudyError) as caught:
+            expand(study)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(caught.value).startswith(message) and len(str(caught.value)) < 300
+    assert peak < 10 << 20, peak

@@ -7,6 +7,7 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 
+from p2pfl.shown import shown
 from topologies.base import TopologyError, register
 
 
@@ -15,13 +16,15 @@ def _label(raw: object, where: str) -> int:
     text = str(raw).strip()
     match = re.fullmatch(r"n?(-?\d+)", text)
     if match is None:
-        raise TopologyError(f"graph file: node label {text!r} {where} is not an integer")
+        raise TopologyError(f"graph file: node label {shown(text)} {where} is not an integer")
     return int(match.group(1))
 
 
 def _from_matrix(a: np.ndarray, path: Path) -> nx.Graph:
     if a.ndim != 2 or a.shape[0] != a.shape[1]:
         raise TopologyError(f"graph file {path}: adjacency matrix must be square, got shape {a.shape}")
+    if a.dtype.kind not in "biuf" or not np.isfinite(a).all():
+        raise TopologyError(f"graph file {path}: adjacency matrix entries must be finite numbers (no NaN or Inf)")
     if not np.array_equal(a != 0, (a != 0).T):
         raise TopologyError(f"graph file {path}: adjacency matrix is not symmetric")
     g = nx.Graph()
@@ -33,7 +36,12 @@ def _from_matrix(a: np.ndarray, path: Path) -> nx.Graph:
 def _read_text(path: Path) -> nx.Graph:
     """A square numeric table with 3+ columns is an adjacency matrix; otherwise lines are "i j" edges."""
     rows: list[tuple[int, list[str]]] = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise TopologyError(f"graph file {path}: not a UTF-8 text edge list or adjacency matrix (nor .npy or "
+                            ".graphml by its suffix)") from None
+    for lineno, line in enumerate(text.splitlines(), start=1):
         body = line.split("#", 1)[0].strip()
         if body:
             rows.append((lineno, [t for t in re.split(r"[,\s]+", body) if t]))
@@ -47,7 +55,7 @@ def _read_text(path: Path) -> nx.Graph:
     g = nx.Graph()
     for lineno, tokens in rows:
         if len(tokens) != 2:
-            raise TopologyError(f"graph file {path}, line {lineno}: expected 'i j', got {' '.join(tokens)!r}")
+            raise TopologyError(f"graph file {path}, line {lineno}: expected 'i j', got {shown(' '.join(tokens))}")
         g.add_edge(*(_label(t, f"on line {lineno}") for t in tokens))
     return g
 

@@ -39,6 +39,7 @@ import yaml
 
 from p2pfl.data.datasets import canonical_name
 from p2pfl.fedmuscle.tasks import CLASSIFICATION_TASKS, MULTILABEL_TASKS
+from p2pfl.yamlfile import safe_load
 
 #: task -> the dataset it reads by default (None: the run's --dataset).
 TASK_DATASET: dict[str, str | None] = {
@@ -367,7 +368,7 @@ def read_spec_file(path: str) -> Any:
         raise PeerSpecError(f"--peers-spec: file not found: {path}")
     try:
         with open(path) as fh:
-            return yaml.safe_load(fh)
+            return safe_load(fh)
     except yaml.YAMLError as exc:
         raise PeerSpecError(f"--peers-spec {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
 

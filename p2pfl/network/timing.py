@@ -17,7 +17,7 @@ as slow take `factor` times longer. Every rank builds the same model.
 """
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -112,8 +112,8 @@ def compute_times(n_peers: int, seed: int, seconds: float, spread: float = 0.0, 
     """c_i per peer: the trace's (one number per peer, in peer order: a CSV or text column), or `seconds` with a
     log-normal spread σ = `spread` (median `seconds`); the `slow` peers' times multiplied by `factor`."""
     if trace is not None:
-        values = np.loadtxt(trace, delimiter="," if str(trace).endswith(".csv") else None, ndmin=1, dtype=float)
-        values = values.reshape(-1)
+        values = _numbers("--compute-trace", trace, lambda: np.loadtxt(
+            trace, delimiter="," if str(trace).endswith(".csv") else None, ndmin=1, dtype=float)).reshape(-1)
         if len(values) != n_peers:
             raise ValueError(f"--compute-trace {trace}: {len(values)} times for {n_peers} peers")
         if not (np.isfinite(values) & (values > 0)).all():
@@ -132,10 +132,25 @@ def latencies(n_peers: int, seconds: float = 0.0, matrix: str | Path | None = No
     if matrix is None:
         return np.full((n_peers, n_peers), float(seconds))
     path = Path(matrix)
-    values = np.load(path) if path.suffix == ".npy" else np.loadtxt(path, delimiter="," if path.suffix == ".csv"
-                                                                    else None, ndmin=2)
+    values = _numbers("--latency-matrix", matrix, lambda: np.load(path) if path.suffix == ".npy" else np.loadtxt(
+        path, delimiter="," if path.suffix == ".csv" else None, ndmin=2, dtype=float))
     if values.shape != (n_peers, n_peers):
         raise ValueError(f"--latency-matrix {matrix}: shape {values.shape}, need ({n_peers}, {n_peers})")
+    if not (np.isfinite(values) & (values >= 0)).all():
+        raise ValueError(f"--latency-matrix {matrix}: every latency must be a finite number of seconds >= 0")
+    return values.astype(float)
+
+
+def _numbers(option: str, path: str | Path, read: Callable[[], np.ndarray]) -> np.ndarray:
+    """What `read` reads from the file of `option`, as floats; a file that is not a table of numbers is a
+    ValueError naming the option and the file."""
+    try:
+        values = np.asarray(read())
+    except (ValueError, OSError, EOFError) as exc:  # a binary file, a non-number, a damaged .npy
+        binary = " (binary: not UTF-8 text)" if isinstance(exc, UnicodeDecodeError) else ""
+        raise ValueError(f"{option} {path}: not a table of numbers{binary}") from None
+    if values.dtype.kind not in "biuf":
+        raise ValueError(f"{option} {path}: holds {values.dtype} values, not numbers")
     return values.astype(float)
 
 

@@ -13,11 +13,14 @@
     slurm: {partition: gpu, time: "02:00:00", throttle: 8}   # sbatch options of --slurm
 
 Each point is named from its axis labels in axis order (`topology-cycle__data-iid__seed-1`), so a name is stable
-as long as the study file says the same; its options are the base updated by its axis values.
+as long as the study file says the same; its options are the base updated by its axis values. Two points that
+would get one name with different options (two bundles with one label) and an empty listed point are refused;
+`check_points` validates every point as p2pfl.run would, before any runs.
 """
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,9 +28,14 @@ from typing import Any
 
 import yaml
 
-from p2pfl.config import ConfigError, options
+from p2pfl.config import ConfigError, make_config, options, resolve
+from p2pfl.names import folder_name_error
+from p2pfl.shown import shown
+from p2pfl.yamlfile import safe_load
 
 SEED = "seed"
+#: The most points a study may have (grid and listed points together), checked before the grid is built.
+MAX_POINTS = 100_000
 
 
 @functools.cache
@@ -106,7 +114,7 @@ def _mapping(data: dict[str, Any], key: str) -> dict[str, Any]:
 
 def expand(data: Any, default_name: str = "study") -> Plan:
     """The plan of a parsed study file: every point of the grid, then every listed point; StudyError names the
-    key at fault. Point options are not validated here (a bad point fails alone, as its run does)."""
+    key at fault. Point options are validated by `check_points`."""
     if not isinstance(data, dict):
         raise StudyError("the study file must hold a mapping (name, base, axes, points, slurm)")
     unknown = sorted(set(data) - {"name", "base", "axes", "points", "seeds", "slurm"})
@@ -119,20 +127,30 @@ def expand(data: Any, default_name: str = "study") -> Plan:
     axes = dict(_mapping(data, "axes"))
     if "seeds" in data:
         seeds = data["seeds"]
-        axes[SEED] = list(range(seeds)) if isinstance(seeds, int) else seeds
+        if isinstance(seeds, int) and not isinstance(seeds, bool):
+            if not 1 <= seeds <= MAX_POINTS:
+                raise StudyError(f"seeds: a count in [1, {MAX_POINTS}] (the most points a study may have) or a list "
+                                 f"of seeds, got {shown(seeds)}")
+            seeds = list(range(seeds))
+        axes[SEED] = seeds
     for axis, values in axes.items():
         if not isinstance(values, list) or not values:
             raise StudyError(f"axes.{axis}: must be a non-empty list of values")
+    listed = data.get("points") or []
+    if not isinstance(listed, list) or not all(isinstance(p, dict) for p in listed):
+        raise StudyError("points: must be a list of mappings")
+    count = (math.prod(len(v) for v in axes.values()) if axes else 0) + len(listed)
+    if count > MAX_POINTS:
+        raise StudyError(f"{count} points: a study may have at most {MAX_POINTS} (split it into several studies)")
     grid: list[list[tuple[str, str, dict[str, Any]]]] = [[]]
     for axis, values in axes.items():
         choices = [(str(axis), *_axis_value(str(axis), v)) for v in values]
         grid = [g + [c] for g in grid for c in choices]
     if not axes:
         grid = []
-    listed = data.get("points") or []
-    if not isinstance(listed, list) or not all(isinstance(p, dict) for p in listed):
-        raise StudyError("points: must be a list of mappings")
     for i, entry in enumerate(listed):
+        if not entry:
+            raise StudyError(f"points[{i}]: an empty point names no option (it would have no name)")
         row = []
         for axis, value in entry.items():
             if str(axis) in axes and _key(axis) not in _options() and not isinstance(value, dict):
@@ -149,19 +167,31 @@ def expand(data: Any, default_name: str = "study") -> Plan:
         raise StudyError("the study has no points: give axes and/or points")
     order = list(axes) + [a for row in grid for a, _, _ in row if a not in axes]
     order = list(dict.fromkeys(order))
-    points, seen = [], set()
+    points: list[Point] = []
+    seen: dict[str, Point] = {}
     for row in grid:
         labels = {a: lab for a, lab, _ in row}
         opts = dict(base)
         for _, _, o in row:
             opts.update(o)
         name = "__".join(_safe(f"{a}-{labels[a]}") for a in order if a in labels)
+        if folder_name_error(name) is not None:
+            raise StudyError(f"point {shown(labels)}: its name {shown(name)} {folder_name_error(name)}")
         if name in seen:
+            if seen[name].options != opts:
+                other = seen[name].options
+                key = next(k for k in [*other, *opts] if other.get(k) != opts.get(k))
+                raise StudyError(f"points {shown(seen[name].axes)} and {shown(labels)} both get the name "
+                                 f"{shown(name)} but differ in {key} ({shown(other.get(key))} vs "
+                                 f"{shown(opts.get(key))}); give them distinct labels")
             continue  # a listed point that the grid already holds
-        seen.add(name)
-        points.append(Point(name=name, axes=labels, options=opts))
+        seen[name] = Point(name=name, axes=labels, options=opts)
+        points.append(seen[name])
     slurm = _mapping(data, "slurm")
-    return Plan(name=_safe(str(data.get("name", default_name))), axes=order, points=points, base=base, slurm=slurm)
+    name = _safe(str(data.get("name", default_name)))
+    if folder_name_error(name) is not None:  # the study folder goes under --out: '..' would be its parent
+        raise StudyError(f"name: {folder_name_error(name)}")
+    return Plan(name=name, axes=order, points=points, base=base, slurm=slurm)
 
 
 def load_study(path: str | Path) -> tuple[Plan, str]:
@@ -169,7 +199,7 @@ def load_study(path: str | Path) -> tuple[Plan, str]:
     path = Path(path)
     try:
         text = path.read_text()
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except (OSError, UnicodeDecodeError) as exc:
         raise StudyError(f"{path}: cannot be read ({type(exc).__name__})") from None
     except yaml.YAMLError as exc:
@@ -178,3 +208,14 @@ def load_study(path: str | Path) -> tuple[Plan, str]:
         return expand(data, default_name=path.stem), text
     except ConfigError as exc:
         raise StudyError(str(exc)) from None
+
+
+def check_points(plan: Plan, ranks: int) -> None:
+    """Validate every point as p2pfl.run does on `ranks` ranks (its options, then what its world size decides);
+    StudyError names the first bad point and its option."""
+    for point in plan.points:
+        try:
+            resolve(make_config(**point.options), ranks)
+        except ValueError as exc:
+            line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise StudyError(f"point {point.name}: {line}") from None
