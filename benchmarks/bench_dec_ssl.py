@@ -16,11 +16,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from p2pfl.runtime.files import loads
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def measure(run_dir: Path, local_epochs: float) -> dict:
-    rounds = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rounds = [loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rounds = [r for r in rounds if r["type"] == "round" and r["round"] > 0]
     peers = len(rounds[0]["active"])
     wall = sum(r["round_s"] for r in rounds)

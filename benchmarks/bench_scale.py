@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from p2pfl.runtime.files import loads
+
 ROOT = Path(__file__).resolve().parent.parent
 MEAN_DEGREE = 10.0
 ROUNDS = 5
@@ -74,9 +76,9 @@ def run_case(algorithm: str, peers: int, ranks: int, out: Path, timeout: float, 
         return {"algorithm": algorithm, "peers": peers, "ranks": ranks,
                 "failed": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
     folder = out / name
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = loads((folder / "summary.json").read_text())
     manifest = json.loads((folder / "manifest.json").read_text())
-    rounds = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    rounds = [loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     round_s = [r["round_s"] for r in rounds if r.get("type") == "round" and r["round"] >= 1]
     return {"algorithm": algorithm, "peers": peers, "ranks": ranks, "setup_s": summary["setup_s"],
             "round_s": sum(round_s) / len(round_s), "peak_mib": manifest["memory_peak"]["max_bytes"] / 2**20,

@@ -19,7 +19,6 @@ ratios say how much of a run the simulator itself adds (below 1%: negligible).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from p2pfl.async_gossip import matching  # noqa: E402
 from p2pfl.models import build_encoder  # noqa: E402
 from p2pfl.network.events import batches, schedule  # noqa: E402
 from p2pfl.network.timing import NetworkModel, bandwidths, compute_times, latencies  # noqa: E402
+from p2pfl.runtime.files import loads  # noqa: E402
 
 SIZE = 370_504  # bytes of the simple CNN's float32 parameters
 
@@ -97,7 +97,7 @@ def runner_seconds(args: list[str], out: Path, name: str) -> tuple[float, int]:
     cmd = [sys.executable, "-m", "p2pfl.run", *args, "--out", str(out), "--name", name, "--no-progress",
            "--no-plots", "--eval-every", "0", "--threads", "1"]
     subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
-    rounds = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
+    rounds = [loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
     rounds = [r for r in rounds if r["type"] == "round" and r["round"] > 0]
     return sum(r["round_s"] for r in rounds), len(rounds)
 
