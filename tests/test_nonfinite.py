@@ -2,7 +2,6 @@
 --on-nonfinite abort ends the job naming the peer."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import torch
 
 from p2pfl.network import NetworkSchedule
 from p2pfl.run import main
+from p2pfl.runtime.files import loads
 
 from helpers_inproc import setup_algorithm
 
@@ -20,7 +20,7 @@ FEDAVG = ["--algorithm", "fedavg", "--peers", "6", "--rounds", "3", "--topology"
 
 
 def lines(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]  # "NaN" -> nan
 
 
 @pytest.mark.parametrize("aggregator", ["mean", "trimmed-mean", "median", "clipped-gossip"])
