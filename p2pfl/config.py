@@ -683,7 +683,8 @@ def resolve(cfg: RunConfig, world_size: int) -> ResolvedRun:
     return ResolvedRun(resolved, spec)
 
 
-def _shown(value: Any) -> str:
+def _as_written(value: Any) -> str:
+    """An option's value as a flag takes it (none, true/false, the rest as str)."""
     return "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -694,7 +695,7 @@ def check_resume(cfg: RunConfig) -> None:
     path = os.path.join(cfg.resume, "config.yaml")
     try:
         with open(path, encoding="utf-8") as fh:
-            own = yaml.safe_load(fh)
+            own = safe_load(fh)
     except FileNotFoundError:
         raise ConfigError(f"--resume: {cfg.resume} has no config.yaml (not a run folder)") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
@@ -711,16 +712,22 @@ def check_resume(cfg: RunConfig) -> None:
             then = own[f.name]
         now = getattr(cfg, f.name)
         if then != now:
-            differing.append(f"{_flag(f.name)} {_shown(then)}" + (" (run)" if not differing else "") +
-                             f" vs {_shown(now)}" + (" (now)" if not differing else ""))
+            differing.append(f"{_flag(f.name)} {_as_written(then)}" + (" (run)" if not differing else "") +
+                             f" vs {_as_written(now)}" + (" (now)" if not differing else ""))
     if differing:
         raise ConfigError(f"--resume {cfg.resume}: differs from the run's own options: {', '.join(differing)}")
 
 
+def parse_fault(spec: str) -> tuple[str, int, int]:
+    """A validated --fault `KIND@WHO:ROUND` as (kind, rank or peer, round)."""
+    kind, _, rest = spec.partition("@")
+    who, _, when = rest.partition(":")
+    return kind, int(who), int(when)
+
+
 def _check_fault_target(fault: str, peers: int, world_size: int) -> None:
     """The rank (raise@) or peer (the others) a --fault names exists in a run of `peers` on `world_size` ranks."""
-    kind, _, rest = fault.partition("@")
-    who = int(rest.partition(":")[0])
+    kind, who, _ = parse_fault(fault)
     if kind == "raise":
         _check(who < world_size, "fault", f"rank {who} does not exist (ranks are 0..{world_size - 1})")
     else:

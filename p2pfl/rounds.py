@@ -19,7 +19,7 @@ from p2pfl.byzantine import Robust
 from p2pfl.comm.placement import Placement
 from p2pfl.comm.transport import Transport
 from p2pfl.comm.world import World
-from p2pfl.config import RunConfig
+from p2pfl.config import RunConfig, parse_fault
 from p2pfl.gossip import CheckedExchange, Events, Gossip, consensus_distance
 from p2pfl.network import NetworkSchedule, RoundNetwork
 from p2pfl.network.timing import NetworkModel
@@ -265,9 +265,8 @@ class Runner:
     def _parse_fault(spec: str | None) -> tuple[str | None, tuple[int, int] | None]:
         if spec is None:
             return None, None
-        kind, _, rest = spec.partition("@")
-        who, _, when = rest.partition(":")
-        return kind, (int(who), int(when))
+        kind, who, when = parse_fault(spec)
+        return kind, (who, when)
 
     def _inject_fault(self, round: int) -> None:
         if self._fault_kind is None or self._fault_at is None:

@@ -2,7 +2,7 @@
 leave no partial line, and strict JSON.
 
 Strict JSON: a float that is not finite is written as the string "NaN", "Infinity" or "-Infinity" (bare NaN and
-Infinity are not JSON; jq and JSON.parse reject them); `read_json`/`restore_nonfinite` turn those strings back
+Infinity are not JSON; jq and JSON.parse reject them); `loads`/`restore_nonfinite` turn those strings back
 into floats, and read older files holding the bare words too.
 """
 from __future__ import annotations
