@@ -88,8 +88,8 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
             print(f"p2pfl: {cfg.algorithm} on {cfg.topology}, {n_peers} peers on {world.size} rank(s); "
                   f"run folder {run_dir}", flush=True)
             print(placement_table(hosts), flush=True)
-        failing = bool(cfg.link_failure or cfg.churn or cfg.crash or cfg.participation < 1)
-        for warning in (biased_consensus_warning(cfg), biased_scheme_warning(cfg.gossip, schedule.directed, failing)):
+        for warning in (biased_consensus_warning(cfg),
+                        biased_scheme_warning(cfg.gossip, schedule.directed, schedule.lossy)):
             if warning:
                 print(f"p2pfl: warning: {warning}", flush=True)
     ctx = RunContext(cfg=cfg, world=world, graph=graph, schedule=schedule, placement=placement,

@@ -195,9 +195,10 @@ def check_weights(scheme: str, weights: Sequence[np.ndarray | sp.spmatrix]) -> N
         if low < D2_LAMBDA_MIN - D2_TOLERANCE:
             raise ValueError(f"--gossip d2: needs λ_min(W) >= -1/3, this network's W has {low:.4f}; use --gossip "
                              "exact-diffusion (W̃ = (W + I)/2) instead")
-        if asymmetry(W) > D2_TOLERANCE:
+        skew = asymmetry(W)
+        if skew > D2_TOLERANCE:
             raise ValueError(f"--gossip d2: needs a symmetric W, this network's is not (max |W_ij - W_ji| = "
-                             f"{asymmetry(W):.4g}: one-way links or weights); use --gossip exact-diffusion instead")
+                             f"{skew:.4g}: one-way links or weights); use --gossip exact-diffusion instead")
 
 
 #: The schemes whose fixed point is exact only when W is doubly stochastic.

@@ -218,6 +218,11 @@ class NetworkSchedule:
                    stragglers=choose_stragglers(cfg.seed, n, cfg.stragglers, cfg.straggler_work), rejoin=cfg.rejoin)
 
     # ------------------------------------------------------------------ the pieces of round t
+    @property
+    def lossy(self) -> bool:
+        """Some round may lose a link or a peer: link failures, churn, crashes or participation below 1."""
+        return bool(self.link_failure or self.churn or self.crashes or self.participation < 1)
+
     def topology_links(self, t: int) -> sp.csr_matrix:
         """The links of round t before anyone is out and before link failures."""
         if self.kind == "static":
