@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from analysis.runs import load_run  # noqa: E402
+from p2pfl.cli import parse_args  # noqa: E402
 from p2pfl.gossip.compress import make  # noqa: E402
 
 
@@ -47,9 +48,7 @@ def codecs(ratios: list[float], levels: int) -> list[tuple[str, list[str]]]:
 
 def build(options: list[str], seed: int):
     """The codec `options` (--compress NAME [--compress-ratio ρ | --qsgd-levels s]) name."""
-    named = dict(zip(options[::2], options[1::2]))
-    return make(named["--compress"], float(named.get("--compress-ratio", 0.1)), int(named.get("--qsgd-levels", 4)),
-                seed)
+    return make(parse_args([*options, "--algorithm", "consensus", "--seed", str(seed)])[0])
 
 
 def timed(fn, *args) -> tuple[float, object]:

@@ -22,11 +22,13 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from p2pfl.context import RunContext
 from p2pfl.gossip import Events
+from p2pfl.method import Algorithm, LocalRound
 from p2pfl.network import RoundNetwork
 from p2pfl.network.events import Event, batches, schedule
 from p2pfl.records import AsyncRound
-from p2pfl.rounds import Algorithm, LocalRound, RunContext, Runner
+from p2pfl.runner import Runner
 from topologies import sparse
 
 #: The key of a peer's pending local update in its scheme state.

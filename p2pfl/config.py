@@ -1,12 +1,13 @@
 """One typed configuration object for a run: defaults, YAML files, command-line flags and validation.
 
-Every option is a dataclass field (p2pfl.options.opt); its metadata carries the help text and, where the set of
-values is closed, where the allowed values live (the module that owns them: a registry or a names tuple). The
+Every option is a dataclass field (p2pfl.options.opt); its metadata carries the help text, where the set of
+values is closed, where the allowed values live (the module that owns them: a registry or a names tuple), and
+the range a number must lie in (`bounds`, checked for every option by `validate`). The
 core options are RunConfig's fields here; each method declares its own options in its file, a section
 registered in p2pfl.options, and RunConfig holds those sections' values as attributes too (cfg.mu). This
 module imports no method: the sections and the methods' defaults come through p2pfl.options. The command
 line is generated from the fields, so a flag, a YAML key and a field are always the same thing
-(`--local-epochs` = `local_epochs:` = `local-epochs:`).
+(`--local-epochs` = `local_epochs:` = `local-epochs:`); `--help [TOPIC]` is rendered by p2pfl.cli_help.
 
 Values come, later ones winning, from the project-wide defaults here, the method's own defaults (its paper's
 values, `Algorithm.defaults`) for the options the user did not set, a YAML file, and the flags. The result is
@@ -15,7 +16,6 @@ only place a run's configuration is completed.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib
 import math
@@ -27,11 +27,15 @@ from typing import Any
 
 import yaml
 
+from p2pfl import plugins as _plugins
+from p2pfl.capabilities import ASYNCHRONOUS, BATCHABLE
 from p2pfl.names import folder_name_error
+from p2pfl.options import bounds as _bounds
 from p2pfl.options import catalogue
 from p2pfl.options import opt as _opt
 from p2pfl.options import owned as _owned
 from p2pfl.options import sections as _registered
+from p2pfl.registry import load_all
 from p2pfl.shown import shown
 from p2pfl.yamlfile import safe_load
 
@@ -48,9 +52,23 @@ def _methods() -> list[str]:
     return list(catalogue().names())
 
 
+def _models() -> Sequence[str]:
+    from p2pfl.models.encoders import model_choices  # when first needed: importing the configuration imports no torch
+    return model_choices()  # the registered names, and any hf:PATH
+
+
 def _topologies() -> list[str]:
     import topologies
     return [n for n in topologies.names() if n != "file"] + topologies.dynamic_names() + ["file"]
+
+
+#: The most torch threads a process may ask for.
+MAX_THREADS = 1024
+
+
+def _seed_bounds() -> str:
+    from p2pfl.seeding import MAX_SEED  # when first needed: importing the configuration imports no torch
+    return f"[0, {MAX_SEED}] (every random stream is keyed by 32 bits)"
 
 
 @dataclass(frozen=True)
@@ -62,30 +80,39 @@ class RunConfig:
     algorithm: str = _opt("dec-ssl", "the method to run", _methods)
     topology: str = _opt("cycle", "peer graph (or 'file' with --graph-file)", _topologies)
     peers: int | None = _opt(None, "number of peers K (default: the MPI world size; 20 without mpirun)")
-    rounds: int = _opt(10, "communication rounds")
-    seed: int = _opt(0, "the seed every random stream is keyed by")
+    rounds: int = _opt(10, "communication rounds", bounds=">= 0")
+    seed: int = _opt(0, "the seed every random stream is keyed by", bounds=_seed_bounds)
     mixing: str = _opt("metropolis", "gossip weights", _owned("topologies.mixing", "KINDS"))
-    p: float = _opt(0.7, "edge probability of the random topology")
+    p: float = _opt(0.7, "edge probability of the random topology", bounds="(0, 1]")
+    topology_params: str | None = _opt(None, "the topology's own parameters, KEY=VALUE comma-separated "
+                                             "(size=4,q=0.5): the keywords of its function")
     graph_file: str | None = _opt(None, "edge list, adjacency matrix or GraphML for --topology file")
-    participation: float = _opt(1.0, "fraction rho of peers drawn to take part each round, in (0, 1]")
+    participation: float = _opt(1.0, "fraction rho of peers drawn to take part each round", bounds="(0, 1]")
     out: str = _opt("runs", "parent folder of the run folder")
     name: str | None = _opt(None, "run folder name (default <time>-<algorithm>-<topology>)")
-    timeout: float = _opt(300.0, "seconds a receive or collective may wait before the job aborts")
-    threads: int = _opt(1, "torch intra-op threads per process (results are bitwise reproducible at equal threads)")
+    timeout: float = _opt(300.0, "seconds a receive or collective may wait before the job aborts",
+                          bounds="> 0 seconds")
+    threads: int = _opt(1, "torch intra-op threads per process (results are bitwise reproducible at equal threads)",
+                        bounds=f"[1, {MAX_THREADS}] (threads per process; a node has fewer cores)")
     device: str = _opt("auto", "auto (GPU by node-local rank when present), cpu, or cuda",
                        _owned("p2pfl.runtime.device", "DEVICES"))
     cuda_aware_mpi: bool = _opt(False, "hand GPU buffers to MPI directly instead of staging through pinned memory")
-    chunk_mb: int = _opt(1024, "largest MPI message in MiB; bigger buffers travel in chunks")
-    eval_every: int = _opt(5, "evaluate every N rounds (0: only at the end)")
+    chunk_mb: int = _opt(1024, "largest MPI message in MiB; bigger buffers travel in chunks", bounds=">= 1")
+    eval_every: int = _opt(5, "evaluate every N rounds (0: only at the end)", bounds=">= 0")
     progress: bool = _opt(True, "show a progress bar on rank 0")
     plots: bool = _opt(True, "draw plots into the run folder at the end")
     log: str | None = _opt(None, "mirror the records, the configuration and the plots into trackers, comma-separated: "
                                  "tensorboard (<run>/tensorboard), wandb (<run>/wandb, offline unless WANDB_MODE is "
                                  "set); docs/logging.md")
     peer_records: int = _opt(1000, "records of more peers than N keep each per-peer field as statistics over the "
-                                   "peers (mean, std, min, max, count) instead of one value a peer (0: never)")
-    checkpoint_every: int = _opt(0, "save every peer's state every N rounds into <run>/checkpoint (0: never)")
+                                   "peers (mean, std, min, max, count) instead of one value a peer (0: never)",
+                             bounds=">= 0 (0: never summarise)")
+    checkpoint_every: int = _opt(0, "save every peer's state every N rounds into <run>/checkpoint (0: never)",
+                                 bounds=">= 0")
     resume: str | None = _opt(None, "continue the run in this run folder from its last checkpoint")
+    plugins: tuple[str, ...] = _opt((), "import PATH.py or package.module first: a researcher's own components, "
+                                        "registered as the built-ins are (repeatable; 'entry-points': the installed "
+                                        "p2pfl.plugins; a resume loads the run's own; docs/extending.md)")
     fault: str | None = _opt(None, "testing aid: 'raise@RANK:ROUND', 'silent@PEER:ROUND', 'nan@PEER:ROUND' (the "
                                    "peer's messages are NaN from that round on) or 'diverge@PEER:ROUND' (the peer's "
                                    "local update of that round turns non-finite)")
@@ -100,13 +127,8 @@ class RunConfig:
                       _owned("p2pfl.gossip.schemes", "SCHEMES"))
     # compression: what a gossip message holds (SPEC §8, p2pfl.gossip.compress)
     compress: str = _opt("none", "the codec of gossip messages: none (the dense vector), top-k, random-k, qsgd or "
-                                 "sign (scaled: ‖v‖₁/d · sign(v))", _owned("p2pfl.gossip.compress", "NAMES"),
+                                 "sign (scaled: ‖v‖₁/d · sign(v))", _owned("p2pfl.gossip.compress", "CODECS"),
                          section="compression")
-    compress_ratio: float = _opt(0.1, "share ρ of coordinates top-k and random-k send: k = ⌈ρ·d⌉, ρ in (0, 1]",
-                                 section="compression")
-    consensus_step: float = _opt(1.0, "CHOCO's consensus step γ in (0, 1] (--gossip choco)", section="compression")
-    qsgd_levels: int = _opt(4, "levels s of qsgd's stochastic rounding, >= 1 (⌈log2(s + 1)⌉ + 1 bits a coordinate)",
-                            section="compression")
     # time: the simulated clock (SPEC §9, p2pfl.network.timing) and asynchronous gossip
     mode: str = _opt("sync", "sync (rounds) or async (AD-PSGD: each peer computes, then averages with one "
                              "neighbour, in simulated-time order; needs the clock)", ("sync", "async"), section="time")
@@ -137,15 +159,16 @@ class RunConfig:
     # network: what changes and fails from round to round (p2pfl.network)
     resample: bool = _opt(False, "draw the random graph G(K, p) anew every round (--topology random)",
                           section="network")
-    link_failure: float = _opt(0.0, "probability Q in [0, 1) that a link fails in a round, each independently",
-                               section="network")
-    crash: str | None = _opt(None, "peers that stop for good: PEER@ROUND or FRACTION@ROUND (0.15@3, 15%%@3), "
+    link_failure: float = _opt(0.0, "probability Q that a link fails in a round, each independently",
+                               section="network", bounds="[0, 1)")
+    crash: str | None = _opt(None, "peers that stop for good: PEER@ROUND or FRACTION@ROUND (0.15@3, 15%@3), "
                                    "comma-separated", section="network")
-    churn: float = _opt(0.0, "probability in [0, 1) that a peer is offline in a round, each independently",
-                        section="network")
+    churn: float = _opt(0.0, "probability that a peer is offline in a round, each independently",
+                        section="network", bounds="[0, 1)")
     stragglers: float = _opt(0.0, "fraction of peers (a seeded subset) that do only part of their local steps",
-                             section="network")
-    straggler_work: float = _opt(0.5, "the share of its local steps a straggler does, in (0, 1]", section="network")
+                             section="network", bounds="[0, 1]")
+    straggler_work: float = _opt(0.5, "the share of its local steps a straggler does", section="network",
+                                 bounds="(0, 1]")
     rejoin: str = _opt("mix", "a peer back after sitting out first takes its fresh neighbours' mix (mix) or trains "
                               "from its own stale model (stale)", ("mix", "stale"), section="network")
     # byzantine: attackers and robust aggregation (p2pfl.byzantine)
@@ -158,30 +181,31 @@ class RunConfig:
                            _owned("p2pfl.byzantine", "AGGREGATORS"), section="byzantine")
     trim: int = _opt(1, "values trimmed per side (trimmed-mean); attackers assumed per neighbourhood (clipped-gossip); "
                         "lowered where a neighbourhood is too small", section="byzantine")
-    clip_radius: float | None = _opt(None, "fixed clipping radius of clipped-gossip (default: the paper's adaptive "
-                                           "choice)", section="byzantine")
     # data
     dataset: str = _opt("fashion-mnist", "training data", _owned("p2pfl.data.datasets", "DATASETS"), section="data")
     data_dir: str | None = _opt(None, "data root (default $P2PFL_DATA, else ~/.cache/p2pfl)", section="data")
     download: bool = _opt(False, "allow downloading a missing dataset (one rank per node)", section="data")
     partition: str = _opt("dirichlet", "how data is split over peers", _owned("p2pfl.data.partition", "PARTITIONS"),
                           section="data")
-    alpha: float = _opt(0.1, "Dirichlet concentration", section="data")
-    beta: float = _opt(0.5, "iid fraction of the skew partition", section="data")
+    alpha: float = _opt(0.1, "Dirichlet concentration", section="data", bounds="> 0")
+    beta: float = _opt(0.5, "iid fraction of the skew partition", section="data", bounds="[0, 1]")
     size_band: float | None = _opt(None, "Dirichlet: redraw until every shard holds between (1 - BAND) N/K and (1 + "
                                    "BAND) N/K samples (the Dec-SSL code's rule: 0.5); default: MOON's min_size "
-                                   "rule", section="data")
-    min_size: int = _opt(10, "smallest shard a Dirichlet partition may give a peer", section="data")
-    rotate_groups: int = _opt(1, "G peer groups whose images are rotated by g*360/G degrees", section="data")
-    train_subset: int | None = _opt(None, "use only the first N training images (fast runs)", section="data")
+                                   "rule", section="data", bounds="(0, 1)")
+    min_size: int = _opt(10, "smallest shard a Dirichlet partition may give a peer", section="data", bounds=">= 0")
+    rotate_groups: int = _opt(1, "G peer groups whose images are rotated by g*360/G degrees", section="data",
+                              bounds=">= 1")
+    train_subset: int | None = _opt(None, "use only the first N training images (fast runs)", section="data",
+                                    bounds=">= 1 training images")
     # training
-    model: str = _opt("simple-cnn", "encoder: simple-cnn, resnet-small, resnet18, vit-tiny, hf:PATH",
+    model: str = _opt("simple-cnn", "encoder (hf:PATH: a local Hugging Face vision model)", _models,
                       section="training")
-    local_epochs: float = _opt(1.0, "local epochs E per round", section="training")
-    local_steps: int | None = _opt(None, "local steps per round (overrides --local-epochs)", section="training")
-    batch_size: int = _opt(128, "local batch size", section="training")
+    local_epochs: float = _opt(1.0, "local epochs E per round", section="training", bounds="> 0")
+    local_steps: int | None = _opt(None, "local steps per round (overrides --local-epochs)", section="training",
+                                   bounds=">= 1")
+    batch_size: int = _opt(128, "local batch size", section="training", bounds=">= 2")
     optimizer: str = _opt("adam", "local optimiser", _owned("p2pfl.optim", "OPTIMIZERS"), section="training")
-    lr: float = _opt(1e-3, "learning rate", section="training")
+    lr: float = _opt(1e-3, "learning rate", section="training", bounds="> 0")
     momentum: float = _opt(0.9, "SGD momentum", section="training")
     weight_decay: float = _opt(0.0, "weight decay", section="training")
     schedule: str = _opt("constant", "learning-rate schedule over rounds", _owned("p2pfl.optim", "SCHEDULES"),
@@ -198,16 +222,16 @@ class RunConfig:
                            "(the views Dec-SSL trains on, as the Dec-SSL code does)", ("crop-flip", "simclr"),
                            section="training")
     crop_scale: float | None = _opt(None, "smallest area fraction of the SimCLR crop (default: 0.08, SimCLR's, for "
-                                    "images of 32 px or more; 0.5 below that)", section="training")
+                                    "images of 32 px or more; 0.5 below that)", section="training", bounds="(0, 1]")
     weight_by_data: bool = _opt(False, "scale mixing weights by shard sizes", section="training")
     probe_epochs: int = _opt(30, "epochs of the linear probe", section="evaluation")
     knn_k: int = _opt(200, "neighbours of the kNN monitor", section="evaluation")
     eval_peers: int | None = _opt(None, "score a seeded sample of N peers at the final evaluation, plus the network "
-                                  "average (default: every peer)", section="evaluation")
+                                  "average (default: every peer)", section="evaluation", bounds=">= 1")
     zeta2_batch: int = _opt(512, "heterogeneity zeta2_avg at every evaluation on the first N samples of each peer's "
-                            "shard (0: off)", section="evaluation")
-    n_eff_gamma: float = _opt(0.951, "decay gamma of the manifest's effective number of neighbours n_eff, in [0, 1)",
-                              section="evaluation", paper="Vogels et al. 2022, fitted on CIFAR-10")
+                            "shard (0: off)", section="evaluation", bounds=">= 0")
+    n_eff_gamma: float = _opt(0.951, "decay gamma of the manifest's effective number of neighbours n_eff",
+                              section="evaluation", paper="Vogels et al. 2022, fitted on CIFAR-10", bounds="[0, 1)")
     #: Not options: the values of the methods' own options, one frozen section each (p2pfl.options), read as
     #: attributes of the configuration (cfg.mu).
     method_options: tuple[Any, ...] = field(default_factory=lambda: tuple(cls() for cls in _sections().values()))
@@ -256,7 +280,8 @@ LAYOUT = ("run", "network", "byzantine", "consensus", "data", "training", "dec-s
 
 
 def _sections() -> dict[str, type]:
-    """The methods' sections of options, in LAYOUT's order."""
+    """The methods' and components' sections of options, in LAYOUT's order."""
+    load_all()  # every kind's built-ins: their components' sections
     registered = _registered()
     order = [n for n in LAYOUT if n in registered] + sorted(n for n in registered if n not in LAYOUT)
     return {name: registered[name] for name in order}
@@ -285,38 +310,24 @@ def _assemble(values: dict[str, Any], base: RunConfig | None = None) -> RunConfi
     return dataclasses.replace(base, **{k: v for k, v in values.items() if k in own}, method_options=method_options)
 
 
+#: The options whose flag is not their name with dashes: a repeatable flag is singular, its key plural.
+_FLAGS = {"plugins": "--plugin"}
+
+
 def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+    return _FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+#: The types an option's value may take, by the name its annotation gives (any other: str).
+_TYPES = {"bool": bool, "int": int, "float": float, "str": str, "tuple": tuple}
 
 
 def _field_type(f: dataclasses.Field) -> type:
-    t = f.type if isinstance(f.type, str) else f.type.__name__
-    for name, typ in (("bool", bool), ("int", int), ("float", float)):
-        if t.startswith(name):
-            return typ
-    return str
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command line of `python -m p2pfl.run`, generated from RunConfig."""
-    parser = argparse.ArgumentParser(
-        prog="python -m p2pfl.run",
-        description="Run peers that learn together over a graph (under mpirun, or all in one process). A method "
-                    "may declare its paper's values for the options you leave unset; --print-config shows them.",
-        argument_default=argparse.SUPPRESS)
-    parser.add_argument("--config", help="YAML file of options (flags given here override it)")
-    parser.add_argument("--print-config", action="store_true", help="print the resolved configuration and exit")
-    groups: dict[str, argparse._ArgumentGroup] = {}
-    for f in options():
-        section = f.metadata["section"]
-        group = groups.setdefault(section, parser.add_argument_group(section))
-        typ = _field_type(f)
-        help_text = f"{f.metadata['help']} (default: {f.default})"
-        if typ is bool:
-            group.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, help=help_text)
-        else:
-            group.add_argument(_flag(f.name), dest=f.name, type=str, metavar=f.name.upper(), help=help_text)
-    return parser
+    """The type of an option's values: its annotation without None (`int | None`: int; `tuple[str, ...]`: tuple),
+    read from the annotation's text too (the sections' files use `from __future__ import annotations`)."""
+    annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    named = [part.strip().split("[")[0] for part in annotation.split("|")]
+    return next((_TYPES.get(name, str) for name in named if name != "None"), str)
 
 
 def _convert(f: dataclasses.Field, value: Any) -> Any:
@@ -341,6 +352,11 @@ def _convert(f: dataclasses.Field, value: Any) -> Any:
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError
             return int(float(value)) if isinstance(value, str) and "e" in value.lower() else int(value)
+        if typ is tuple:
+            values = [value] if isinstance(value, str) else value
+            if not isinstance(values, (list, tuple)) or not all(isinstance(v, str) for v in values):
+                raise ValueError
+            return tuple(values)
         if typ is float:
             number = float(value)
             if not math.isfinite(number):
@@ -368,8 +384,11 @@ def load_yaml(path: str) -> dict[str, Any]:
         raise ConfigError(f"--config: {path} is not a readable UTF-8 text file ({type(exc).__name__})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"--config: {path} must hold a mapping of option: value")
-    known = {f.name for f in options()}
-    out = {}
+    listed = [key for key in data if str(key).replace("-", "_") in _PLUGIN_KEYS]
+    folder = os.path.dirname(os.path.abspath(path))  # a plug-in's path is relative to the file that names it
+    plugins = _load_plugins(tuple(spec for key in listed for spec in _plugins.specs(data.pop(key), folder)))
+    known = {f.name for f in options()}  # after the file's plug-ins: they may add options
+    out: dict[str, Any] = {"plugins": plugins} if plugins else {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
         if name not in known:
@@ -378,22 +397,26 @@ def load_yaml(path: str) -> dict[str, Any]:
     return out
 
 
-def parse_args(argv: Sequence[str] | None = None) -> tuple[RunConfig, bool]:
-    """Parse flags (over an optional YAML file) into a validated RunConfig; returns (config, print_only)."""
-    parser = build_parser()
+#: The keys that name plug-ins (the option, and its flag's singular).
+_PLUGIN_KEYS = ("plugins", "plugin")
 
-    def fail(message: str) -> None:
-        """argparse's messages, reworded to start with the option they are about."""
-        named = re.match(r"argument (--[\w-]+)(?:/[\w-]+)?: (.*)", message)
-        if named:
-            raise ConfigError(f"{named.group(1)}: {named.group(2)}")
-        unknown = re.match(r"unrecognized arguments: (\S+)", message)
-        if unknown and unknown.group(1).startswith("--"):
-            raise ConfigError(f"{unknown.group(1).split('=')[0]}: unknown option (see python -m p2pfl.run --help)")
-        raise ConfigError(message)
 
-    parser.error = fail  # type: ignore[method-assign]
-    return from_options(vars(parser.parse_args(argv)))
+def _load_plugins(specs: Any, base: str | None = None) -> tuple[str, ...]:
+    """Import the plug-ins `specs` names (resolved against `base`, default the working directory), each once per
+    process; their resolved specs, as `cfg.plugins` records them."""
+    resolved = _plugins.specs(specs, base)
+    _plugins.load(resolved)
+    return resolved
+
+
+def _run_plugins(run_dir: str) -> tuple[str, ...]:
+    """The plug-ins a run folder's config.yaml records (none when it cannot be read: `check_resume` says why)."""
+    try:
+        with open(os.path.join(run_dir, "config.yaml"), encoding="utf-8") as fh:
+            own = safe_load(fh)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return ()
+    return _plugins.specs(own.get("plugins")) if isinstance(own, dict) else ()
 
 
 def from_options(given: dict[str, Any]) -> tuple[RunConfig, bool]:
@@ -402,12 +425,26 @@ def from_options(given: dict[str, Any]) -> tuple[RunConfig, bool]:
     values = dict(given)
     options_file = values.pop("config", None)
     print_only = bool(values.pop("print_config", False))
-    return make_config(**{**(load_yaml(options_file) if options_file is not None else {}), **values}), print_only
+    from_file = load_yaml(options_file) if options_file is not None else {}
+    listed = (*from_file.get("plugins", ()), *(spec for key in _PLUGIN_KEYS for spec in _plugins.specs(values.pop(
+        key, None))))  # the file's and the caller's, all loaded (a plug-in cannot be unloaded)
+    if listed:
+        values["plugins"] = listed
+    return make_config(**{**from_file, **values}), print_only
 
 
 def make_config(**values: Any) -> RunConfig:
     """Build and validate a RunConfig from the options the user set (strings from the CLI are converted);
-    the method's own defaults fill the options not among them, the project-wide ones the rest."""
+    the method's own defaults fill the options not among them, the project-wide ones the rest. The plug-ins named
+    (`plugins`, or `plugin`; a --resume naming none: its run's own) are imported first."""
+    values = {name.replace("-", "_"): value for name, value in values.items()}
+    listed = tuple(spec for key in _PLUGIN_KEYS for spec in _plugins.specs(values.pop(key, None)))
+    if not listed and values.get("resume") is not None:
+        listed = _run_plugins(str(values["resume"]))
+    if listed:
+        values["plugins"] = _load_plugins(listed)
+        if values.get("resume") is not None:
+            _plugins.check_unchanged(str(values["resume"]), values["plugins"])
     by_name = {f.name: f for f in options()}
     given = {}
     for name, value in values.items():
@@ -426,7 +463,7 @@ def make_config(**values: Any) -> RunConfig:
 
 
 def _declared(cfg: RunConfig, what: str) -> dict[str, Any]:
-    """The class attribute `what` ("defaults" or "allowed"; see p2pfl.rounds.Algorithm) of the class that
+    """The class attribute `what` ("defaults" or "allowed"; see p2pfl.method.Algorithm) of the class that
     runs cfg's algorithm (found through the catalogue, p2pfl.options)."""
     return dict(getattr(catalogue().get(cfg.algorithm, cfg), what, {}))
 
@@ -447,20 +484,19 @@ def _validate_time(cfg: RunConfig) -> None:
     _check(cfg.updates >= 0, "updates", f"must be >= 0, got {cfg.updates}")
     _check(not cfg.compute_spread or (cfg.compute_time > 0 and cfg.compute_trace is None), "compute_spread",
            "spreads --compute-time (> 0) around its median; not without it, nor with --compute-trace")
-    for name in ("compute_trace", "latency_matrix"):
-        path = getattr(cfg, name)
-        _check(path is None or os.path.isfile(path), name, f"file not found: {path}")
+    _check(cfg.compute_trace is None or os.path.isfile(cfg.compute_trace), "compute_trace",
+           f"file not found: {cfg.compute_trace}")
     if cfg.mode != "async":
         for name in ("sim_time", "updates", "eval_every_s"):
             _check(not getattr(cfg, name), name, "belongs to --mode async (synchronous runs count --rounds and "
                                                  "--eval-every)")
         return
     method = catalogue().get(cfg.algorithm, cfg)
-    _check(getattr(method, "asynchronous", False), "mode",
-           f"{cfg.algorithm} has no asynchronous form (async runs the weight-mixing learners and consensus)")
+    _check(method.can(ASYNCHRONOUS), "mode",
+           f"{cfg.algorithm} has no asynchronous form ({method.why_not(ASYNCHRONOUS)})")
     _check(cfg.compute_time > 0 or cfg.compute_trace is not None, "mode",
            "async orders its events by simulated time: give --compute-time or --compute-trace")
-    _check(cfg.gossip == "average" and cfg.compress == "none", "mode",
+    _check(cfg.compress == "none", "mode",
            "async averages pairwise with dense models: --gossip average, --compress none")
     _check(cfg.byzantine is None and cfg.aggregator == "mean" and cfg.mixing != "server" and not cfg.weight_by_data,
            "mode", "async averages pairwise by the plain mean: not with --byzantine, a robust --aggregator, "
@@ -480,39 +516,23 @@ def _check_choice(f: dataclasses.Field, value: Any) -> None:
     choices = f.metadata["choices"]
     if choices is None or value is None:
         return
-    allowed = list(choices() if callable(choices) else choices)
+    allowed = choices() if callable(choices) else choices  # its own `in` (--model accepts any hf:PATH)
     _check(value in allowed, f.name, f"unknown value {shown(value)}; allowed: {', '.join(allowed)}")
 
 
+def _check_bounds(f: dataclasses.Field, value: Any) -> None:
+    """The value lies in the option's declared range (fields without one, and None, pass)."""
+    declared = _bounds(f)
+    if declared is not None and value is not None:
+        _check(declared.admits(value), f.name, declared.message(shown(value)))
+
+
 def validate(cfg: RunConfig) -> None:
-    """Check every value against what is allowed, the method's own restrictions and its sections' rules
-    included."""
+    """Check every value against what is allowed (its choices, its range), the method's own restrictions and its
+    sections' rules included."""
     for f in options():
         _check_choice(f, getattr(cfg, f.name))
-    schemes = getattr(catalogue().get(cfg.algorithm, cfg), "gossip_schemes", ("average",))
-    _check(cfg.gossip in schemes, "gossip", f"{cfg.algorithm} mixes by {', '.join(schemes)} only so far, got "
-           f"'{cfg.gossip}' (the other schemes run with --algorithm quadratic)")
-    _check(cfg.gossip == "average" or (cfg.byzantine is None and cfg.aggregator == "mean" and cfg.mixing != "server"),
-           "gossip", f"{cfg.gossip} mixes by the plain W-weighted mean: it does not combine with --byzantine, a robust "
-           "--aggregator or --mixing server")
-    _check(cfg.gossip not in ("relay", "push-sum") or not cfg.weight_by_data, "weight_by_data",
-           f"--gossip {cfg.gossip} " + ("averages uniformly over its tree" if cfg.gossip == "relay" else
-                                         "splits each sender's mass evenly over its out-links")
-           + "; run it without --weight-by-data")
-    _check(cfg.gossip != "qgm" or cfg.optimizer == "sgd", "optimizer",
-           f"--gossip qgm is quasi-global momentum over plain SGD steps; use --optimizer sgd, not {cfg.optimizer}")
-    _check(cfg.gossip != "qgm" or 0 <= cfg.momentum < 1, "momentum",
-           f"qgm's μ must lie in [0, 1), got {cfg.momentum}")
-    _check(0.0 < cfg.compress_ratio <= 1.0, "compress_ratio", f"must lie in (0, 1], got {cfg.compress_ratio}")
-    _check(cfg.qsgd_levels >= 1, "qsgd_levels", f"must be >= 1, got {cfg.qsgd_levels}")
-    _check(0.0 < cfg.consensus_step <= 1.0, "consensus_step", f"must lie in (0, 1], got {cfg.consensus_step}")
-    if cfg.compress != "none":
-        compressible = getattr(catalogue().get(cfg.algorithm, cfg), "compressible", False)
-        _check(compressible, "compress", f"{cfg.algorithm} does not mix by the W-weighted gossip --compress encodes")
-        _check(cfg.gossip in ("average", "choco"), "compress",
-               f"compresses --gossip average (no error feedback) and choco, got '{cfg.gossip}'")
-        _check(cfg.byzantine is None and cfg.aggregator == "mean" and cfg.mixing != "server", "compress",
-               "compresses the plain W-weighted mean: not with --byzantine, a robust --aggregator or --mixing server")
+        _check_bounds(f, getattr(cfg, f.name))
     _validate_time(cfg)
     for name, allowed in _declared(cfg, "allowed").items():
         value = getattr(cfg, name)
@@ -521,16 +541,6 @@ def validate(cfg: RunConfig) -> None:
     if cfg.peers is not None:
         _check(cfg.peers >= 2, "peers", f"need at least 2 peers, got {cfg.peers}")
         check_peer_count(cfg.peers)
-    _check(cfg.rounds >= 0, "rounds", f"must be >= 0, got {cfg.rounds}")
-    from p2pfl.seeding import MAX_SEED  # here: importing the configuration imports no torch
-    _check(0 <= cfg.seed <= MAX_SEED, "seed",
-           f"must lie in [0, {MAX_SEED}] (every random stream is keyed by 32 bits), got {shown(cfg.seed)}")
-    _check(0.0 < cfg.p <= 1.0, "p", f"must lie in (0, 1], got {cfg.p}")
-    _check(0.0 < cfg.participation <= 1.0, "participation", f"must lie in (0, 1], got {cfg.participation}")
-    _check(0.0 <= cfg.link_failure < 1.0, "link_failure", f"must lie in [0, 1), got {cfg.link_failure}")
-    _check(0.0 <= cfg.churn < 1.0, "churn", f"must lie in [0, 1), got {cfg.churn}")
-    _check(0.0 <= cfg.stragglers <= 1.0, "stragglers", f"must lie in [0, 1], got {cfg.stragglers}")
-    _check(0.0 < cfg.straggler_work <= 1.0, "straggler_work", f"must lie in (0, 1], got {cfg.straggler_work}")
     if cfg.crash is not None:
         from p2pfl.network import crash_syntax_error
         error = crash_syntax_error(cfg.crash)
@@ -540,14 +550,7 @@ def validate(cfg: RunConfig) -> None:
     _check(not cfg.resample or cfg.topology == "random", "resample",
            f"redraws the random graph G(K, p); use it with --topology random, not {cfg.topology}")
     _check(cfg.trim >= 0, "trim", f"must be >= 0, got {cfg.trim}")
-    _check(cfg.clip_radius is None or cfg.clip_radius > 0, "clip_radius", f"must be > 0, got {cfg.clip_radius}")
     _check(cfg.attack_scale >= 0, "attack_scale", f"must be >= 0, got {cfg.attack_scale}")
-    _check(cfg.timeout > 0, "timeout", f"must be > 0 seconds, got {cfg.timeout}")
-    _check(1 <= cfg.threads <= MAX_THREADS, "threads",
-           f"must lie in [1, {MAX_THREADS}] (threads per process; a node has fewer cores), got {shown(cfg.threads)}")
-    _check(cfg.chunk_mb >= 1, "chunk_mb", f"must be >= 1, got {cfg.chunk_mb}")
-    _check(cfg.peer_records >= 0, "peer_records", f"must be >= 0 (0: never summarise), got {cfg.peer_records}")
-    _check(cfg.checkpoint_every >= 0, "checkpoint_every", f"must be >= 0, got {cfg.checkpoint_every}")
     trackers = _owned("p2pfl.runtime.loggers", "LOGGERS")()
     for name in log_names(cfg.log):
         _check(name in trackers, "log", f"unknown tracker '{name}'; allowed: {', '.join(trackers)} (comma-separated), "
@@ -558,29 +561,20 @@ def validate(cfg: RunConfig) -> None:
     if cfg.name is not None:
         error = folder_name_error(cfg.name)
         _check(error is None, "name", str(error))
-    _check(cfg.eval_every >= 0, "eval_every", f"must be >= 0, got {cfg.eval_every}")
-    _check(cfg.eval_peers is None or cfg.eval_peers >= 1, "eval_peers", f"must be >= 1, got {cfg.eval_peers}")
-    _check(cfg.zeta2_batch >= 0, "zeta2_batch", f"must be >= 0, got {cfg.zeta2_batch}")
-    _check(0.0 <= cfg.n_eff_gamma < 1.0, "n_eff_gamma", f"must be in [0, 1), got {cfg.n_eff_gamma}")
     _validate_methods(cfg, "run")
     _check(cfg.topology != "file" or cfg.graph_file is not None, "graph_file", "required with --topology file")
+    if cfg.topology_params is not None:
+        import topologies
+        try:
+            topologies.topology_params(cfg.topology, cfg.topology_params)
+        except topologies.TopologyError as exc:
+            _check(False, "topology_params", str(exc))
     if cfg.graph_file is not None:
         _check(os.path.isfile(cfg.graph_file), "graph_file", f"file not found: {cfg.graph_file}")
-    _check(0.0 < cfg.alpha, "alpha", f"must be > 0, got {cfg.alpha}")
-    _check(0.0 <= cfg.beta <= 1.0, "beta", f"must lie in [0, 1], got {cfg.beta}")
-    _check(cfg.min_size >= 0, "min_size", f"must be >= 0, got {cfg.min_size}")
-    _check(cfg.size_band is None or 0 < cfg.size_band < 1, "size_band", f"must lie in (0, 1), got {cfg.size_band}")
-    _check(cfg.crop_scale is None or 0 < cfg.crop_scale <= 1, "crop_scale",
-           f"must lie in (0, 1], got {cfg.crop_scale}")
     _validate_methods(cfg, "data")
-    _check(cfg.rotate_groups >= 1, "rotate_groups", f"must be >= 1, got {cfg.rotate_groups}")
-    _check(cfg.train_subset is None or cfg.train_subset >= 1, "train_subset",
-           f"must be >= 1 training images, got {cfg.train_subset}")
-    _check(cfg.local_epochs > 0, "local_epochs", f"must be > 0, got {cfg.local_epochs}")
-    _check(cfg.local_steps is None or cfg.local_steps >= 1, "local_steps", f"must be >= 1, got {cfg.local_steps}")
-    _check(cfg.batch_size >= 2, "batch_size", f"must be >= 2, got {cfg.batch_size}")
-    _check(cfg.lr > 0, "lr", f"must be > 0, got {cfg.lr}")
     _validate_methods(cfg, "training")
+    from p2pfl.registry import check_selected  # the rules of the components the run selects, in their files
+    check_selected(cfg, _check)
     if cfg.fault is not None:
         _check(re.fullmatch(r"(raise|silent|nan|diverge)@\d+:\d+", cfg.fault) is not None, "fault",
                "expected 'raise@RANK:ROUND', 'silent@PEER:ROUND', 'nan@PEER:ROUND' or 'diverge@PEER:ROUND', "
@@ -602,8 +596,6 @@ def _validate_methods(cfg: RunConfig, stretch: str) -> None:
             section.validate(_check)
 
 
-#: The most torch threads a process may ask for.
-MAX_THREADS = 1024
 #: The most peers a run may have unless $P2PFL_MAX_PEERS says otherwise: every rank builds the graph, the network
 #: schedule and the placement of all peers, about PEER_BYTES each before any model or data.
 MAX_PEERS = 1_000_000
@@ -662,9 +654,10 @@ def resolve(cfg: RunConfig, world_size: int) -> ResolvedRun:
            f"{peers} peers cannot fill {world_size} MPI ranks; use --peers >= {world_size} or fewer ranks")
     if cfg.batch_peers == "on":
         algorithms = catalogue()
-        _check(getattr(algorithms.get(cfg.algorithm, cfg), "batchable", False), "batch_peers",
-               f"'on' needs a method that supports it; --algorithm {cfg.algorithm} does not yet (supported: "
-               f"{', '.join(algorithms.batchable())}); use auto or off")
+        method = algorithms.get(cfg.algorithm, cfg)
+        _check(method.can(BATCHABLE), "batch_peers",
+               f"'on' needs a method that supports it; --algorithm {cfg.algorithm} does not yet "
+               f"({method.why_not(BATCHABLE)}; supported: {', '.join(algorithms.batchable())}); use auto or off")
     if cfg.byzantine is not None:
         from p2pfl.byzantine import choose_byzantine
         attackers = len(choose_byzantine(cfg.byzantine, peers, cfg.seed))

@@ -47,10 +47,12 @@ SCHEDULES: dict[str, Schedule] = {
 
 
 def local_momentum(cfg: RunConfig) -> float:
-    """The momentum of the local SGD steps: --momentum, except under --gossip qgm, where --momentum is the
-    scheme's μ (applied once per round to the whole local update) and the local steps run without momentum, else
-    μ would be applied twice."""
-    return 0.0 if cfg.gossip == "qgm" else cfg.momentum
+    """The momentum of the local SGD steps: --momentum, except under a --gossip scheme that owns it (qgm: its μ,
+    applied once per round to the whole local update), where the local steps run without momentum, else μ would be
+    applied twice."""
+    from p2pfl.gossip.schemes import SCHEMES
+    from p2pfl.gossip.schemes.base import OWNS_MOMENTUM
+    return 0.0 if OWNS_MOMENTUM in SCHEMES.get(cfg.gossip).capabilities else cfg.momentum
 
 
 def make_optimizer(params: Iterable[nn.Parameter], cfg: RunConfig) -> torch.optim.Optimizer:

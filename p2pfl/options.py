@@ -1,15 +1,17 @@
 """How an option is declared, and the registry of the options the methods declare next to them.
 
 An option is a dataclass field made by `opt`: its default, its help line, where its closed set of values lives
-(`choices`: a sequence, or a function returning one, e.g. `owned(module, name)`), its `--help` group
-(`section`) and where its default comes from (`paper`; None: the project's own choice).
+(`choices`: a sequence, or a function returning one, e.g. `owned(module, name)`), the range a number must lie in
+(`bounds`: "(0, 1]", ">= 0", written as the error message says it; p2pfl.config checks every option's), its
+`--help` group (`section`) and where its default comes from (`paper`; None: the project's own choice).
 
 A method's own options are one frozen dataclass in the method's file, registered with
-`@method_options("<method>")`; it may check its values in `validate(self, check)`, calling
-`check(ok, option, message)` for each rule; they run after the core's rules on training, or on the run or
-the data with `validated_after = "run"` / `"data"` (a ClassVar; it decides only which of several bad values a
-run names first). Its paper's values for options left unset (its own or the core's) stay the method's
-`defaults`, its restrictions `allowed` (p2pfl.rounds.Algorithm).
+`@method_options("<method>")`; its ranges are declared (`bounds`), its other rules (a file that must exist, a
+bound that depends on another option) go in `validate(self, check)`, calling `check(ok, option, message)` for
+each; they run after the core's rules on training, or on the run or the data with `validated_after = "run"` /
+`"data"` (a ClassVar; it decides only which of several bad values a run names first). Its paper's values for
+options left unset (its own or the core's) stay the method's `defaults`, its restrictions `allowed`
+(p2pfl.method.Algorithm).
 
 p2pfl.config assembles the command line, the YAML keys and RunConfig from the core options it declares and
 the sections registered here; it imports no method. The methods are found through one catalogue, the module
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import operator
+import re
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
@@ -32,10 +36,70 @@ Check = Callable[[bool, str, str], None]
 
 
 def opt(default: Any, help: str, choices: Sequence[str] | Callable[[], Sequence[str]] | None = None,
-        section: str = "run", paper: str | None = None) -> Any:
-    """A dataclass field that is an option (a flag, a YAML key and a RunConfig attribute)."""
+        section: str = "run", paper: str | None = None, bounds: str | Callable[[], str] | None = None) -> Any:
+    """A dataclass field that is an option (a flag, a YAML key and a RunConfig attribute). `bounds` (or a function
+    returning it, read when first needed) is the range a number must lie in, as `Bounds` reads it; None passes."""
+    if isinstance(bounds, str):
+        Bounds.parse(bounds)  # a malformed range fails where it is declared
     return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "section": section,
-                                                        "paper": paper})
+                                                        "paper": paper, "bounds": bounds})
+
+
+_INTERVAL = re.compile(r"([\[(])\s*(\S+?)\s*,\s*(\S+?)\s*([\])])(.*)")
+_SIDE = re.compile(r"(>=|>|<=|<)\s*(\S+)(.*)")
+_COMPARE = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+
+
+def _number(text: str) -> int | float:
+    return int(text) if re.fullmatch(r"[+-]?\d+", text) else float(text)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """The range of a numeric option, written as its message says it: an interval "(0, 1]", "[0, 1)" or one side
+    ">= 0", "> 0", optionally followed by words the message keeps ("> 0 seconds", ">= 0 (0: never summarise)")."""
+
+    text: str
+    rules: tuple[tuple[str, int | float], ...]  # (comparison, bound): the value must satisfy each
+    interval: bool
+
+    @classmethod
+    def parse(cls, text: str) -> Bounds:
+        try:
+            interval = _INTERVAL.fullmatch(text.strip())
+            if interval is not None:
+                left, low, high, right, _ = interval.groups()
+                rules = ((">" if left == "(" else ">=", _number(low)), ("<" if right == ")" else "<=", _number(high)))
+                return cls(text.strip(), rules, True)
+            side = _SIDE.fullmatch(text.strip())
+            if side is not None:
+                return cls(text.strip(), ((side.group(1), _number(side.group(2))),), False)
+        except ValueError:  # a bound that is no number
+            pass
+        raise ValueError(f"bounds {text!r}: expected an interval such as '(0, 1]' or a side such as '>= 0'")
+
+    def admits(self, value: int | float) -> bool:
+        """Whether `value` lies in the range (NaN never does)."""
+        return all(_COMPARE[op](value, bound) for op, bound in self.rules)
+
+    def message(self, shown_value: str) -> str:
+        """The one-line refusal of a value (shown as the message quotes it): "must lie in (0, 1], got 1.5"."""
+        return f"must {'lie in' if self.interval else 'be'} {self.text}, got {shown_value}"
+
+    @property
+    def range(self) -> str:
+        """The range without the words after it ("(0, 1]", ">= 0"), as --help shows it."""
+        match = (_INTERVAL if self.interval else _SIDE).fullmatch(self.text)
+        assert match is not None
+        return self.text[:len(self.text) - len(match.groups()[-1])].rstrip()
+
+
+def bounds(f: dataclasses.Field) -> Bounds | None:
+    """The declared range of an option's field (None: any value of its type)."""
+    declared = f.metadata.get("bounds")
+    if declared is None:
+        return None
+    return Bounds.parse(declared() if callable(declared) else declared)
 
 
 def owned(module: str, name: str) -> Callable[[], list[str]]:
@@ -97,6 +161,7 @@ def catalogue() -> ModuleType:
 
 
 def sections() -> dict[str, type]:
-    """Every method's options section by name (the catalogue read first)."""
+    """Every options section registered so far by name, the methods' catalogue read first (the components'
+    sections register as their registries load: p2pfl.registry.load_all, which p2pfl.config calls)."""
     catalogue()
     return dict(_SECTIONS)

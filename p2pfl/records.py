@@ -11,6 +11,8 @@ import numbers
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal, TypedDict
 
+from topologies.records import TopologyRecord, TopologyStats  # noqa: F401  (re-exported: defined in topologies)
+
 # ------------------------------------------------------------------------------------------------ metrics.jsonl
 
 #: Fields of the round records that measure time, not behaviour.
@@ -73,7 +75,7 @@ class NetworkRecord(TypedDict, total=False):
     """The network a round used (p2pfl.network.RoundNetwork.record): the number of links (i hears from j counts
     once) and a digest of them, who was crashed, back from sitting out, or straggling, each active peer's
     in-degree (a summarised record: `degree_stats` instead), and ‖W_t − J‖₂ over the alive peers (up to
-    p2pfl.rounds.SPECTRAL_MAX_PEERS peers)."""
+    p2pfl.round_records.SPECTRAL_MAX_PEERS peers)."""
 
     links: int
     digest: str
@@ -243,7 +245,7 @@ def round_record(round: int, elapsed_s: float, active: Iterable[int], per_peer: 
                  extra: Mapping[str, float] | None = None) -> RoundRecord:
     """The record of round `round` from the peers' metrics (sorted by peer) and bytes sent/received per peer
     (`trim_lowered` only for robust runs, None otherwise), and the method's network-level round metrics
-    (`extra`, p2pfl.rounds.Algorithm.round_metrics)."""
+    (`extra`, p2pfl.method.Algorithm.round_metrics)."""
     record: dict[str, Any] = {"type": "round", "round": round, "elapsed_s": elapsed_s, "active": sorted(active),
                               "network": network}
     for key in sorted({k for m in per_peer.values() for k in m}):
@@ -469,44 +471,6 @@ class Seeds(TypedDict):
     streams: str
 
 
-class TopologyStats(TypedDict):
-    """Statistics of the graph and its mixing matrix W (topologies.stats.statistics)."""
-
-    n_nodes: int
-    n_edges: int
-    diameter: int
-    degree_min: int
-    degree_mean: float
-    degree_max: int
-    lambda2: float  # |λ2(W)|, the second largest eigenvalue modulus
-    spectral_gap: float  # 1 - |λ2|
-    p: float  # SPEC §10's p: p_worst for a network that does not change, else the random-X estimate over its rounds
-    p_worst: float  # 1 - ‖W − J‖₂² of W (= 1 - max(|λ2|, |λ_K|)² for a symmetric W; Koloskova et al. 2020)
-    p_source: str  # "closed form", or how `p` was estimated (p2pfl.network.mixing_rate)
-    n_eff: float | None  # effective number of neighbours at n_eff_gamma (Vogels et al. 2022); None: W not symmetric
-    n_eff_gamma: float
-    consensus_share: list[float]  # left Perron vector of W, summing to 1
-    max_share: float
-    symmetric: bool
-    doubly_stochastic: bool
-    # which of these are estimates and how, one line each ("n_eff: Hutchinson ...", "diameter: lower bound ...");
-    # [] up to topologies.measures.DENSE_MAX peers, where every statistic is exact; absent in older runs
-    estimated: list[str]
-
-
-class TopologyRecord(TypedDict):
-    """manifest["topology"]: sorted edges (i < j), the mixing matrix W sparse, its statistics.
-
-    `weights` holds every nonzero of W as [i, j, W_ij] (i, j ints), row-major: i ascending, then j ascending,
-    the diagonal W_ii included where nonzero; entries not listed are 0 and K is stats.n_nodes. Runs written before
-    it hold the dense K×K `mixing` (row i a list of K floats) instead. Read either with topologies.stats.mixing_of
-    (dense) or sparse_mixing_of (CSR)."""
-
-    edges: list[list[int]]
-    weights: list[list[float]]
-    stats: TopologyStats
-
-
 class Partition(TypedDict):
     """What every partition record holds: how the data was split, each peer's size and class counts."""
 
@@ -624,6 +588,7 @@ class Manifest(BaseManifest, total=False):
     memory_peak: MemoryPeak  # every run, at the end
     clock: dict[str, Any]  # runs with the simulated clock: p2pfl.network.timing.NetworkModel.describe, and the mode
     asynchronous: dict[str, Any]  # --mode async: events, batches, end time, message bytes, staleness
+    plugins: list[dict[str, Any]]  # every run: p2pfl.plugins.Plugin records (spec, kind, path, sha256); [] for none
 
     partition: DataPartition  # methods that train on partitioned data
     dataset: DatasetInfo  # learners

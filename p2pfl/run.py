@@ -10,27 +10,32 @@ import networkx as nx
 import numpy as np
 
 import topologies
-from p2pfl import algorithms
+from p2pfl import algorithms, plugins
 from p2pfl.async_gossip import AsyncRunner
 from p2pfl.byzantine import Robust, choose_byzantine
+from p2pfl.cli import parse_args
 from p2pfl.comm.placement import Placement
 from p2pfl.comm.transport import Transport
 from p2pfl.comm.world import World
-from p2pfl.config import ResolvedRun, RunConfig, parse_args, resolve, to_yaml
+from p2pfl.config import ResolvedRun, RunConfig, resolve, to_yaml
+from p2pfl.context import RunContext
 from p2pfl.gossip import CheckedExchange, Gossip, compress
-from p2pfl.gossip.choco import check_choco
 from p2pfl.gossip.codec import Codec
-from p2pfl.gossip.compress.base import Compressor
+from p2pfl.gossip.compress.base import scheme_capabilities
 from p2pfl.gossip.compress.records import Compression, describe
-from p2pfl.gossip.schemes import RelayTree, biased_scheme_warning, check_relay, check_weights
-from p2pfl.network import NetworkSchedule, timing
+from p2pfl.gossip.schemes import SCHEMES
+from p2pfl.method import Algorithm
+from p2pfl.network import NetworkSchedule
+from p2pfl.network import clock as network_clock
 from p2pfl.network.mixing_rate import network_p
+from p2pfl.network.schedule import NetworkOptions
 from p2pfl.records import Host, Seeds
-from p2pfl.rounds import Algorithm, RunContext, Runner
+from p2pfl.runner import Runner
 from p2pfl.runtime.allocator import keep_freed_memory
 from p2pfl.runtime.checkpoint import verify_checkpoint
 from p2pfl.runtime.device import configure_determinism, select_device
 from p2pfl.runtime.failure import USER_ERROR_EXIT, abort_on_exception, agree
+from p2pfl.runtime.hooks import run_hooks
 from p2pfl.runtime.manifest import base_manifest
 from p2pfl.runtime.precision import precision
 from p2pfl.runtime.preemption import PREEMPTED_EXIT
@@ -40,19 +45,21 @@ from p2pfl.runtime.runlock import RunLock
 
 
 def compressor(cfg: RunConfig) -> Codec | None:
-    """The codec of the gossip mix's messages (--compress), None for dense messages."""
-    return None if cfg.compress == "none" else compress.make(cfg.compress, cfg.compress_ratio, cfg.qsgd_levels,
-                                                            cfg.seed)
+    """The codec of the gossip mix's messages (--compress, built from its options), None for dense messages."""
+    codec = compress.make(cfg)
+    return None if "dense" in codec.capabilities else codec
 
 
-def compression_record(cfg: RunConfig, algorithm: Algorithm) -> Compression:
-    """manifest["compression"]: the codec, its parameters and one message's bytes on the method's mixed vector."""
+def compression_record(cfg: RunConfig, algorithm: Algorithm) -> Compression | None:
+    """manifest["compression"]: the codec, its parameters and one message's bytes on the method's mixed vector
+    (with the consensus step γ of a scheme with its own error feedback); None for dense messages."""
+    codec = compressor(cfg)
+    if codec is None:
+        return None
     mixed = algorithm.mixed_vector()
     assert mixed is not None, f"--compress: {cfg.algorithm} has no mixed vector"
-    codec = compressor(cfg)
-    assert isinstance(codec, Compressor)
-    step = cfg.consensus_step if cfg.gossip == "choco" else None
-    return describe(cfg.compress, codec, cfg.compress_ratio, cfg.qsgd_levels, step, *mixed)
+    feedback = "error-feedback" in scheme_capabilities().get(cfg.gossip, frozenset())
+    return describe(codec, cfg.consensus_step if feedback else None, *mixed)
 
 
 def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunContext:
@@ -60,7 +67,9 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     cfg = run.cfg
     n_peers = cfg.peers
     graph, schedule, described = agree(world, lambda: build_network(cfg, described=world.is_root))
-    clock = agree(world, lambda: timing.from_config(cfg, n_peers, schedule.stragglers)) if cfg.clock else None
+    scheme = SCHEMES.get(cfg.gossip).from_config(cfg)
+    clock = (agree(world, lambda: network_clock.build(network_clock.ClockOptions.of(cfg), n_peers, schedule.stragglers))
+             if cfg.clock else None)
     device = agree(world, lambda: select_device(cfg.device, world.local_rank))
     configure_determinism(cfg.threads, device)
     allocator = keep_freed_memory()
@@ -69,8 +78,7 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
                           cuda_aware=cfg.cuda_aware_mpi)
     transport.stats.track_links = clock is not None  # per-link bytes: what the simulated clock times
     checked = CheckedExchange(transport, world, reject_nonfinite=cfg.on_nonfinite == "rollback")
-    robust = Robust(choose_byzantine(cfg.byzantine, n_peers, cfg.seed), attack=cfg.attack, scale=cfg.attack_scale,
-                    aggregator=cfg.aggregator, trim=cfg.trim, clip_radius=cfg.clip_radius, peers=n_peers)
+    robust = Robust.from_config(cfg, choose_byzantine(cfg.byzantine, n_peers, cfg.seed), n_peers)
     run_dir, lock, resume_round = open_run_dir(world, cfg)
     me = Host(rank=world.rank, host=world.host, device=str(device), peers=placement.peers_of(world.rank))
     hosts = world.allgather(me)
@@ -84,23 +92,22 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
             seeds=Seeds(seed=cfg.seed, streams="numpy/torch streams keyed by (seed, peer, purpose); "
                                                 "see p2pfl.seeding"), method_defaults=cfg.method_defaults()),
             host_allocator=allocator)
+        # what code beyond p2pfl's ran: each plug-in's resolved path and the sha256 of its source (none: [])
+        folder.update_manifest(plugins=[p.to_dict() for p in plugins.loaded(cfg.plugins)])
         if announce:
             print(f"p2pfl: {cfg.algorithm} on {cfg.topology}, {n_peers} peers on {world.size} rank(s); "
                   f"run folder {run_dir}", flush=True)
             print(placement_table(hosts), flush=True)
-        for warning in (biased_consensus_warning(cfg),
-                        biased_scheme_warning(cfg.gossip, schedule.directed, schedule.lossy)):
+        for warning in (biased_consensus_warning(cfg), scheme.warning(schedule)):
             if warning:
                 print(f"p2pfl: warning: {warning}", flush=True)
     ctx = RunContext(cfg=cfg, world=world, graph=graph, schedule=schedule, placement=placement,
                      transport=transport, checked=checked, gossip=Gossip(checked, robust, cfg.seed, compressor(cfg)),
                      device=device,
-                     run_dir=run_dir, folder=folder, spec=run.spec, robust=robust, clock=clock)
+                     run_dir=run_dir, folder=folder, spec=run.spec, robust=robust, clock=clock, scheme=scheme)
     if clock is not None:
         ctx.record_manifest(clock={"mode": cfg.mode, **clock.describe()})
-    if cfg.gossip == "relay":
-        ctx.relay_tree = RelayTree.of(graph)
-        ctx.record_manifest(relay_tree=ctx.relay_tree.describe())
+    scheme.prepare(ctx)  # its run-level state and records (relay's tree)
     return ctx
 
 
@@ -127,22 +134,15 @@ def build_network(cfg: RunConfig, described: bool = True) -> tuple[nx.Graph, Net
     unless `described`: only rank 0 writes it); a ValueError naming the option when the network cannot carry the
     run (a peer left with no neighbour)."""
     graph = support_graph(cfg, cfg.peers)
-    schedule = NetworkSchedule.from_config(cfg, graph)
+    schedule = NetworkSchedule.from_options(NetworkOptions.of(cfg), graph)
     lonely = schedule.lonely(cfg.rounds)
     if lonely:
         option = f"--crash {cfg.crash}" if cfg.crash else f"--topology {cfg.topology}"
         raise ValueError(f"{option}: peer(s) {lonely} would have no neighbour up in any round")
-    if cfg.gossip == "d2":  # every round's W (a static network's is one array: checked once; a dynamic one has none)
-        static = [schedule.static_weights] if schedule.kind == "static" else []
-        check_weights(cfg.gossip, [*static, *(schedule.at(t).W for t in range(1, cfg.rounds + 1))])
-    if cfg.gossip == "choco":
-        check_choco(schedule.kind, schedule.directed)
+    SCHEMES.get(cfg.gossip).check_network(schedule, graph, cfg.rounds)
     if cfg.mode == "async" and (schedule.kind != "static" or schedule.directed):
         raise ValueError(f"--mode async: averages pairwise over a static undirected graph; --topology "
                          f"{cfg.topology} is {'one-way' if schedule.directed else 'a changing network'}")
-    if cfg.gossip == "relay":
-        check_relay(schedule.kind, schedule.directed)
-        RelayTree.of(graph)  # a disconnected graph has none: refused here, before training
     if not described:
         return graph, schedule, None
     record = topologies.describe(*shown_weights(schedule, cfg.rounds), gamma=cfg.n_eff_gamma)
@@ -154,14 +154,13 @@ def support_graph(cfg: RunConfig, n_peers: int) -> nx.Graph:
     """The static graph, or for a changing one the union of every link a round may use (the exchange connects
     exactly its ranks)."""
     name = topologies.base.canonical(cfg.topology)
+    params = topologies.parse_params(cfg.topology_params)
     if name in topologies.DYNAMIC:
-        return topologies.DYNAMIC[name].support(n_peers)
+        return topologies.DYNAMIC[name].bind(**params).support_of(n_peers)
     if cfg.resample:
         return topologies.build("complete", n_peers)
-    params = {"p": cfg.p} if name == "random" else {}
-    if name == "file":
-        params = {"path": cfg.graph_file}
-    return topologies.build(cfg.topology, n_peers, seed=cfg.seed, **params)
+    fixed = {"p": cfg.p} if name == "random" else {"path": cfg.graph_file} if name == "file" else {}
+    return topologies.build(cfg.topology, n_peers, seed=cfg.seed, **{**fixed, **params})
 
 
 #: A changing network's topology record shows its support with W averaged over at most this many rounds.
@@ -193,8 +192,9 @@ def build_algorithm(ctx: RunContext) -> Algorithm:
     """The configured algorithm with its peers set up (bad input ends every rank cleanly)."""
     algorithm = algorithms.get(ctx.cfg.algorithm, ctx.cfg)(ctx)
     agree(ctx.world, algorithm.setup)
-    if ctx.cfg.compress != "none":
-        ctx.record_manifest(compression=compression_record(ctx.cfg, algorithm))
+    compression = compression_record(ctx.cfg, algorithm)
+    if compression is not None:
+        ctx.record_manifest(compression=compression)
     return algorithm
 
 
@@ -215,8 +215,8 @@ def resolved(world: World, parsed: tuple[RunConfig, bool]) -> tuple[ResolvedRun,
 
 
 def execute(world: World, run: ResolvedRun, started: float | None = None) -> Path:
-    """Set up and run a resolved run on every rank (collective), draw its plots, close its folder; returns the run
-    folder. The one path of `python -m p2pfl.run` and p2pfl.simulate."""
+    """Set up and run a resolved run on every rank (collective), run its post-run hooks (its plots), close its
+    folder; returns the run folder. The one path of `python -m p2pfl.run` and p2pfl.simulate."""
     world.timeout = run.cfg.timeout  # from here on every collective waits under the run's deadline
     with precision(run.cfg.dtype):
         ctx = build_context(world, run)
@@ -240,8 +240,7 @@ def execute(world: World, run: ResolvedRun, started: float | None = None) -> Pat
             raise
     if ctx.folder is not None:
         try:
-            if cfg.plots:
-                _plots(ctx.run_dir)
+            if run_hooks(ctx.run_dir, cfg):  # p2pfl.runtime.hooks: analysis's plots under --plots
                 ctx.folder.log_plots()  # the trackers get the plots: the folder closes after them
         finally:
             ctx.folder.close()
@@ -259,14 +258,6 @@ def failure_reason(exc: BaseException) -> str | None:
         return f"exit status {exc.code}"
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-def _plots(run_dir: Path) -> None:
-    from analysis.plots import plot_run
-    from analysis.runs import load_run
-
-    if plot_run(load_run(run_dir)):
-        print(f"p2pfl: plots in {run_dir / 'plots'}", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

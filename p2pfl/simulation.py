@@ -1,11 +1,11 @@
 """`p2pfl.simulate(**options)`: one run in this process, as `python -m p2pfl.run` runs it, returned as a Run.
 
-The options are the command line's with underscores (`simulate(algorithm="consensus", peers=8, rounds=5)`; a
-YAML file as `config=`), parsed, validated and resolved by the same functions, run by the same
-`p2pfl.run.execute`, into the same run folder (`out`, default runs/). Without mpirun the process holds every
-peer; torch's threads and determinism flags are put back afterwards. Bad input raises a ValueError
-(`p2pfl.runtime.failure.UserError`) whose message is the line the command line prints after "p2pfl: error: ";
-nothing calls sys.exit.
+The options are the command line's with underscores (`simulate(algorithm="consensus", peers=8, rounds=5)`; a YAML
+file as `config=`; plug-ins as `plugins=["my_scheme.py"]`, imported first), parsed, validated and resolved by the
+same functions, run by the same `p2pfl.run.execute`, into the same run folder (`out`, default runs/). Without mpirun
+the process holds every peer; torch's threads and determinism flags are put back afterwards. Bad input raises a
+ValueError (`p2pfl.runtime.failure.UserError`) whose message is the line the command line prints after
+"p2pfl: error: "; nothing calls sys.exit.
 """
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,16 @@ def run_job(args: list[str], ranks: int = 1, timeout: float = 240, cwd: Path | N
         cmd = [launcher, "-n", str(ranks), *cmd]
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT, env=full_env)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _plugins_forgotten() -> Iterator[None]:
+    """Plug-ins a test module loads (its examples, a simulate(plugins=...)) are forgotten after it, so the next
+    module sees only the built-ins (their names in the registries, their options in the configuration)."""
+    from p2pfl.plugin_scope import isolated
+
+    with isolated():
+        yield
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from p2pfl.comm.world import World
 from p2pfl.config import make_config, resolve
-from p2pfl.rounds import Algorithm
+from p2pfl.method import Algorithm
 from p2pfl.run import build_algorithm, build_context
 from p2pfl.runtime.device import configure_determinism
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from p2pfl.async_gossip import AsyncRunner
+from p2pfl.method import LocalRound
 from p2pfl.network.events import batches, schedule
 from p2pfl.network.timing import NetworkModel
-from p2pfl.rounds import LocalRound
 from p2pfl.run import main
 from p2pfl.seeding import numpy_rng, torch_generator
 

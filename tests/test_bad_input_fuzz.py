@@ -11,7 +11,8 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from p2pfl.config import ConfigError, _flag, options, parse_args, resolve
+from p2pfl.cli import parse_args
+from p2pfl.config import ConfigError, _flag, options, resolve
 from p2pfl.run import build_network, main
 
 from conftest import run_job

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from p2pfl.byzantine import Robust, aggregate, attack_vector, choose_byzantine
-from p2pfl.byzantine.aggregators import adaptive_radius
+from p2pfl.byzantine.aggregators.clipped_gossip import adaptive_radius
 from p2pfl.run import main
 
 from golden_cases import normalise
@@ -85,10 +85,12 @@ def test_clipped_gossip_bounds_each_neighbours_pull() -> None:
     own, received = _neighbourhood()
     row = [(0, 0.4), *((j, 0.12) for j in sorted(received))]
     mean, _ = aggregate(Robust(frozenset()), 0, own, received, row)
-    wide, cut = aggregate(Robust(frozenset(), aggregator="clipped-gossip", clip_radius=1e9), 0, own, received, row)
+    wide, cut = aggregate(Robust(frozenset(), aggregator="clipped-gossip", options={"clip_radius": 1e9}), 0, own,
+                          received, row)
     torch.testing.assert_close(wide, mean)  # nothing clipped: the gossip step itself
     assert cut == []
-    tight, cut = aggregate(Robust(frozenset(), aggregator="clipped-gossip", clip_radius=0.5), 0, own, received, row)
+    tight, cut = aggregate(Robust(frozenset(), aggregator="clipped-gossip", options={"clip_radius": 0.5}), 0, own,
+                           received, row)
     assert float((tight - own).norm()) <= 5 * 0.12 * 0.5 + 1e-12 and cut == [1, 2, 3, 4, 5]
     norms = {j: float((received[j] - own).norm()) for j in received}
     weights = {j: 0.12 for j in received}

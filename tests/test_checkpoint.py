@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from p2pfl import algorithms
-from p2pfl.rounds import Runner
 from p2pfl.run import main
+from p2pfl.runner import Runner
 from p2pfl.runtime.checkpoint import FORMAT, load_peer, record_state, restore_record, save_peer
 from p2pfl.runtime.preemption import PREEMPTED_EXIT
 

@@ -13,7 +13,7 @@ from test_records import problems
 
 from p2pfl.config import ConfigError, make_config
 from p2pfl.gossip.codec import Codec
-from p2pfl.gossip.compress import NAMES, bits, make
+from p2pfl.gossip.compress import CODECS, bits, make
 from p2pfl.gossip.compress.qsgd import QSGD
 from p2pfl.gossip.compress.randomk import RandomK
 from p2pfl.gossip.compress.records import CompressedManifest, Compression
@@ -256,9 +256,9 @@ def test_sign_message_is_a_scale_and_d_bits() -> None:
 # --- every codec
 
 
-@pytest.mark.parametrize("name", NAMES[1:])
+@pytest.mark.parametrize("name", [n for n in CODECS.names() if n != "none"])
 def test_every_codec_decodes_to_a_dense_vector_of_the_senders_dtype_and_exact_size(name: str) -> None:
-    codec = make(name, ratio=0.05, levels=4, seed=0)
+    codec = make(make_config(algorithm="consensus", compress=name, compress_ratio=0.05, qsgd_levels=4, seed=0))
     for dtype in (torch.float32, torch.float64):
         v = torch.randn(333, dtype=dtype)
         got = roundtrip(codec, v)
@@ -270,9 +270,9 @@ def test_every_codec_decodes_to_a_dense_vector_of_the_senders_dtype_and_exact_si
 
 def test_none_is_the_identity_and_names_are_closed() -> None:
     v = torch.randn(5)
-    assert make("none", 0.1, 4, 0).encode(0, v, 0) is v
+    assert make(make_config(compress="none")).encode(0, v, 0) is v
     with pytest.raises(ValueError, match="--compress: unknown value 'zip'"):
-        make("zip", 0.1, 4, 0)
+        make(make_config(compress="zip"))
 
 
 @pytest.mark.parametrize("values, message", [

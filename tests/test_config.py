@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from p2pfl.config import ConfigError, make_config, parse_args, resolve
+from p2pfl.cli import parse_args
+from p2pfl.config import ConfigError, make_config, resolve
 from p2pfl.run import build_context, main
 
 from conftest import ROOT, run_job

@@ -11,7 +11,15 @@ import pytest
 import torch
 
 from p2pfl.data import datasets as D
-from p2pfl.data.datasets import DatasetNotFound, data_root, ensure_dataset, load_dataset, synthetic_dataset
+from p2pfl.data.datasets import (
+    DatasetNotFound,
+    _files,
+    data_root,
+    ensure_dataset,
+    fashion_mnist,
+    load_dataset,
+    synthetic_dataset,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CIFAR_JPEG = ROOT.parent / "shared" / "data" / "cifar10-jpeg.npz"
@@ -56,7 +64,7 @@ def cifar10_decoded(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HOME", str(root / "home"))
         mp.delenv("P2PFL_DATA", raising=False)
-        mp.setattr(D, "_shared_data_dirs", lambda: [shared])
+        mp.setattr(_files, "shared_data_dirs", lambda: [shared])
         calls = []
         ensure_dataset("cifar10", data_dir=root, barrier=lambda: calls.append(1), is_node_leader=True)
         assert calls == [1]
@@ -88,7 +96,7 @@ def test_cifar10_from_shared_jpeg_archive(cifar10_decoded):
 
 def test_cifar10_cache_is_reused(cifar10_decoded, monkeypatch):
     root, ds = cifar10_decoded
-    monkeypatch.setattr(D, "_decode_jpeg_npz", lambda *_: pytest.fail("decoded again instead of using the cache"))
+    monkeypatch.setattr(_files, "_decode_jpeg_npz", lambda *_: pytest.fail("decoded again instead of using the cache"))
     again = load_dataset("cifar10", data_dir=root)
     assert torch.equal(again.y_train, ds.y_train) and torch.equal(again.x_test[:100], ds.x_test[:100])
 
@@ -177,12 +185,12 @@ def test_not_found_is_one_line_with_the_remedies(isolated, monkeypatch):
     for part in (str(isolated / "cifar-100-python"), "--data-dir", "P2PFL_DATA", "--download"):
         assert part in msg
 
-    monkeypatch.setattr(D, "DEBIAN_FASHION_MNIST", isolated / "no-debian")
+    monkeypatch.setattr(fashion_mnist, "DEBIAN_FASHION_MNIST", isolated / "no-debian")
     with pytest.raises(DatasetNotFound, match="apt-get install dataset-fashion-mnist") as e:
         load_dataset("fashion-mnist", data_dir=isolated)
     assert "\n" not in str(e.value)
 
-    monkeypatch.setattr(D, "_shared_data_dirs", lambda: [isolated / "no-shared"])
+    monkeypatch.setattr(_files, "shared_data_dirs", lambda: [isolated / "no-shared"])
     with pytest.raises(DatasetNotFound, match="cifar10_jpeg.py") as e:
         load_dataset("cifar10", data_dir=isolated)
     assert "\n" not in str(e.value)

@@ -185,13 +185,13 @@ def test_trace_under_link_failures_and_local_steps(runs_dir: Path, scheme: str) 
     """Links failing with probability 0.3: every round mixes by that round's surviving network's W_t (read from the
     run's own schedule, the input); 3 local steps a round make G = (x − x_3)/η."""
     from p2pfl.config import make_config, resolve
-    from p2pfl.network import NetworkSchedule
+    from p2pfl.network import NetworkOptions, NetworkSchedule
     from p2pfl.run import support_graph
     options = ["--topology", "cycle", "--gossip", scheme, "--link-failure", "0.3", "--local-steps", "3"]
     got = _errors(_job(runs_dir, scheme, *options, rounds=60))
     cfg = resolve(make_config(algorithm="quadratic", peers=K, topology="cycle", link_failure=0.3, seed=SEED,
                               rounds=60), 1).cfg
-    schedule = NetworkSchedule.from_config(cfg, support_graph(cfg, K))
+    schedule = NetworkSchedule.from_options(NetworkOptions.of(cfg), support_graph(cfg, K))
     a, b = _problem(1.0)
     assert any(not np.allclose(schedule.at(t).W.toarray(), _ring(K)) for t in range(1, 61))
     _same_trace(got, _dense(scheme, lambda t: schedule.at(t).W.toarray(), a, b, 60, local_steps=3))
@@ -210,13 +210,13 @@ def test_push_sum_keeps_the_masses_through_link_failures(runs_dir: Path) -> None
     the dense column-stochastic implementation, Σ_i w_i stays K every round, and with the gradient steps made
     negligible (η = 1e-300) Σ_i x_i stays K·d: both transported exactly, to rounding."""
     from p2pfl.config import make_config, resolve
-    from p2pfl.network import NetworkSchedule
+    from p2pfl.network import NetworkOptions, NetworkSchedule
     from p2pfl.run import support_graph
     options = ["--topology", "one-peer-exponential", "--gossip", "push-sum", "--link-failure", "0.3"]
     run = _records(_job(runs_dir, "ps", *options, rounds=60))
     cfg = resolve(make_config(algorithm="quadratic", peers=K, topology="one-peer-exponential", link_failure=0.3,
                               seed=SEED, rounds=60), 1).cfg
-    schedule = NetworkSchedule.from_config(cfg, support_graph(cfg, K))
+    schedule = NetworkSchedule.from_options(NetworkOptions.of(cfg), support_graph(cfg, K))
     assert any(schedule.at(t).links < K for t in range(1, 61))  # links did fail
     a, b = _problem(1.0)
     _same_trace(np.array([r["error"] for r in run]), _dense("push-sum", lambda t: schedule.at(t).W.toarray(), a, b, 60))
@@ -243,17 +243,17 @@ def test_d2_refuses_lambda_min_below_minus_one_third(runs_dir: Path) -> None:
 
 
 def test_lambda_min_tolerance() -> None:
-    from p2pfl.gossip.schemes import check_weights
+    from p2pfl.gossip.schemes import SCHEMES
     ring = _ring(8)
     assert np.min(np.linalg.eigvalsh(ring)) == pytest.approx(-1 / 3)
-    check_weights("d2", [ring, _ring(6), _ring(4)])
+    SCHEMES.get("d2").check_weights([ring, _ring(6), _ring(4)])
     star = np.full((8, 8), 0.0)
     star[0, :] = 1 / 8
     for i in range(1, 8):
         star[i, 0] = star[i, i] = 0.5
     with pytest.raises(ValueError, match="exact-diffusion"):
-        check_weights("d2", [star])
-    check_weights("exact-diffusion", [star])
+        SCHEMES.get("d2").check_weights([star])
+    SCHEMES.get("exact-diffusion").check_weights([star])
 
 
 # ------------------------------------------------------------------ (d) placement: 1, 2 and 4 ranks

@@ -87,7 +87,7 @@ def test_the_plain_mix_equals_w_times_x_bitwise_in_row_order() -> None:
 def test_a_lazy_scheme_halves_once_when_its_vectors_cannot_stack() -> None:
     """schemes.Lazy builds its combine_all on Rule's: where the vectors differ in dtype (no stacking) the plain
     sums are still what it halves, so every receiver equals its own `combine`."""
-    from p2pfl.gossip.schemes import Lazy as SchemeLazy
+    from p2pfl.gossip.schemes.exact_diffusion import Lazy as SchemeLazy
 
     _, _, net, vectors, _ = _setup()
     vectors[0] = vectors[0].float()

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import yaml
 
-from p2pfl.config import ConfigError, log_names, parse_args
+from p2pfl.cli import parse_args
+from p2pfl.config import ConfigError, log_names
 from p2pfl.run import main
 from p2pfl.runtime import loggers
 from p2pfl.runtime.loggers import Loggers, TensorBoardLogger, WandbLogger
@@ -128,7 +129,8 @@ def test_tensorboard_holds_the_configuration_as_hyperparameters(runs: dict[str, 
     content = tensorboard_of(runs[case]).PluginTagToContent(metadata.PLUGIN_NAME)
     session = metadata.parse_session_start_info_plugin_data(content[metadata.SESSION_START_INFO_TAG])
     got = {key: getattr(value, value.WhichOneof("kind")) for key, value in session.hparams.items()}
-    want = {key: "none" if value is None else value for key, value in config_of(runs[case]).items()}
+    want = {key: "none" if value is None else ",".join(value) if isinstance(value, list) else value
+            for key, value in config_of(runs[case]).items()}
     assert got == want and got["log"] == "tensorboard,wandb"
     assert {type(got[key]) for key, value in want.items() if isinstance(value, bool)} == {bool}
 

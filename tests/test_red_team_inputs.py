@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from p2pfl.config import ConfigError, parse_args, resolve
+from p2pfl.cli import parse_args
+from p2pfl.config import ConfigError, resolve
 from p2pfl.network import timing
 from p2pfl.run import build_network, main
 from p2pfl.study import StudyError, load_study

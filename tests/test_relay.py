@@ -18,7 +18,7 @@ from p2pfl.comm.placement import Placement
 from p2pfl.comm.transport import Transport
 from p2pfl.comm.world import World
 from p2pfl.gossip import CheckedExchange, Gossip
-from p2pfl.gossip.schemes import RelayTree, SchemeRound, step
+from p2pfl.gossip.schemes.relay import Relay, RelayTree
 from p2pfl.network import NetworkSchedule
 
 from conftest import run_job
@@ -128,8 +128,8 @@ def test_messages_carry_exact_subtree_sums(name: str) -> None:
     total = sum(x.values())
     diameter = nx.diameter(tree)
     for t in range(1, diameter + 3):
-        work = SchemeRound(x, {p: torch.zeros(D, dtype=torch.float64) for p in x}, LR, tree=relay_tree)
-        mixed = step("relay", gossip, work, state, schedule.at(t), t)
+        mixed = Relay(relay_tree).round(gossip, x, {p: torch.zeros(D, dtype=torch.float64) for p in x}, LR, state,
+                                        schedule.at(t), t)
         for i in range(n):
             near = [k for k in range(n) if distance[i][k] <= t]
             sums = x[i] + sum(state[i][f"m{j}"] for j in tree[i])
@@ -160,8 +160,8 @@ def test_a_failed_tree_link_leaves_its_last_message() -> None:
     for t in range(1, 31):
         net = schedule.at(t) if t <= 20 else calm.at(t)
         failed += sum(not net.adjacency.toarray()[j, i] for i, j in dense.edges)
-        work = SchemeRound(x, {p: torch.zeros(D, dtype=torch.float64) for p in x}, LR, tree=relay_tree)
-        mixed = step("relay", gossip, work, state, net, t)
+        mixed = Relay(relay_tree).round(gossip, x, {p: torch.zeros(D, dtype=torch.float64) for p in x}, LR, state,
+                                        net, t)
         want = dense.round(X, up=_carried(net.adjacency.toarray()))
         got = torch.stack([mixed.vectors[p] for p in range(n)]).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14)

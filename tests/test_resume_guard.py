@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from p2pfl.rounds import Runner
 from p2pfl.run import main
+from p2pfl.runner import Runner
 
 from conftest import ROOT
 

@@ -97,7 +97,7 @@ def test_a_run_failing_while_loading_data_reads_back_as_failed(tmp_path: Path, m
     def unreadable(**options: object) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr("p2pfl.data.datasets.synthetic_dataset", unreadable)
+    monkeypatch.setattr("p2pfl.data.datasets.synthetic.synthetic_arrays", unreadable)
     with pytest.raises(SystemExit) as exit_:
         main(["--algorithm", "fedavg", "--dataset", "synthetic", "--peers", "2", "--rounds", "1", "--no-progress",
               "--no-plots", "--out", str(tmp_path), "--name", "r"])

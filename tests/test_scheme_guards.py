@@ -18,11 +18,11 @@ ONE_WAY = ["--topology", "one-peer-exponential"]
 def _weights(rounds: int, **network: float) -> list[np.ndarray]:
     """W_1 .. W_rounds of the quadratic problem's schedule on the one-peer exponential graph."""
     from p2pfl.config import make_config, resolve
-    from p2pfl.network import NetworkSchedule
+    from p2pfl.network import NetworkOptions, NetworkSchedule
     from p2pfl.run import support_graph
     cfg = resolve(make_config(algorithm="quadratic", peers=K, topology="one-peer-exponential", seed=SEED,
                               rounds=rounds, **network), 1).cfg
-    schedule = NetworkSchedule.from_config(cfg, support_graph(cfg, K))
+    schedule = NetworkSchedule.from_options(NetworkOptions.of(cfg), support_graph(cfg, K))
     return [schedule.at(t).W.toarray() for t in range(1, rounds + 1)]
 
 
@@ -52,14 +52,14 @@ def test_d2_on_a_one_way_graph_is_refused(runs_dir: Path) -> None:
 
 
 def test_check_weights_refuses_asymmetric_weights_only_for_d2() -> None:
-    from p2pfl.gossip.schemes import check_weights
+    from p2pfl.gossip.schemes import SCHEMES
     P = np.roll(np.eye(4), 1, axis=1)
     one_way = (np.eye(4) + P) / 2
     with pytest.raises(ValueError, match="symmetric"):
-        check_weights("d2", [np.eye(4) / 2 + np.full((4, 4), 1 / 8), one_way])
+        SCHEMES.get("d2").check_weights([np.eye(4) / 2 + np.full((4, 4), 1 / 8), one_way])
     for scheme in ("exact-diffusion", "gradient-tracking", "average"):
-        check_weights(scheme, [one_way])
-    check_weights("d2", [(one_way + one_way.T) / 2])
+        SCHEMES.get(scheme).check_weights([one_way])
+    SCHEMES.get("d2").check_weights([(one_way + one_way.T) / 2])
 
 
 @pytest.mark.parametrize("scheme", ["gradient-tracking", "exact-diffusion"])

@@ -136,10 +136,10 @@ def _networks(options: dict, records: list[dict]) -> list:
     """The round networks of the run, rebuilt from its options and checked against its round records: the same
     active peers and link digest every round (so the dense implementation mixes over the network the run used)."""
     from p2pfl.config import make_config, resolve
-    from p2pfl.network import NetworkSchedule
+    from p2pfl.network import NetworkOptions, NetworkSchedule
     from p2pfl.run import support_graph
     cfg = resolve(make_config(algorithm="quadratic", peers=K, seed=SEED, rounds=len(records) - 1, **options), 1).cfg
-    schedule = NetworkSchedule.from_config(cfg, support_graph(cfg, K))
+    schedule = NetworkSchedule.from_options(NetworkOptions.of(cfg), support_graph(cfg, K))
     nets = [schedule.at(t) for t in range(len(records))]
     for t, r in enumerate(records[1:], start=1):
         assert r["network"]["digest"] == nets[t].digest() and r["active"] == sorted(nets[t].active), t

@@ -1,20 +1,23 @@
 """Topologies of the peer graph, their mixing matrices and statistics (SPEC §1).
 
-Adding a topology is one function in one file plus its registration::
+Adding a topology is one function in one file plus its registration (its keyword parameters are given with
+``--topology-params size=4``; a per-round one is registered with ``register_dynamic``, topologies.dynamic)::
 
     @register("ring-of-cliques")
     def ring_of_cliques(n: int, seed: int = 0, size: int = 4) -> nx.Graph: ...
+
+The package imports nothing of p2pfl (p2pfl builds on it): its random streams (topologies.streams) and the shape
+of its manifest record (topologies.records) are defined here and re-exported by p2pfl.seeding and p2pfl.records.
 """
 from __future__ import annotations
 
 from topologies import from_file, generators  # noqa: F401  (register the builtins)
-from topologies.base import TopologyError, build, names, register, registry
-from topologies.dynamic import DYNAMIC, Dynamic, both_ways, dynamic_names, register_dynamic
+from topologies.base import TopologyError, build, names, parse_params, register, registry
+from topologies.dynamic import DYNAMIC, Dynamic, Round, both_ways, dynamic_names, register_dynamic, topology_params
 from topologies.from_file import read_graph
 from topologies.measures import N_EFF_GAMMA
 from topologies.mixing import KINDS as MIXING_KINDS
 from topologies.mixing import mixing_matrix, mixing_weights, register_mixing
-from topologies.plot import draw
 from topologies.stats import describe, mixing_of, sparse_mixing_of, statistics
 
 __all__ = [
@@ -22,6 +25,7 @@ __all__ = [
     "Dynamic",
     "MIXING_KINDS",
     "N_EFF_GAMMA",
+    "Round",
     "TopologyError",
     "both_ways",
     "build",
@@ -32,6 +36,7 @@ __all__ = [
     "mixing_of",
     "mixing_weights",
     "names",
+    "parse_params",
     "read_graph",
     "register",
     "register_dynamic",
@@ -39,4 +44,13 @@ __all__ = [
     "registry",
     "sparse_mixing_of",
     "statistics",
+    "topology_params",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """`draw` imported when first asked for: importing topologies does not import matplotlib."""
+    if name == "draw":
+        from topologies.plot import draw
+        return draw
+    raise AttributeError(f"module 'topologies' has no attribute {name!r}")

@@ -48,16 +48,46 @@ def names() -> list[str]:
     return sorted(registry)
 
 
-def _check_params(key: str, fn: Generator, params: dict[str, Any]) -> None:
+def check_params(key: str, fn: Callable[..., Any], params: dict[str, Any], fixed: tuple[str, ...] = ("n", "seed")
+                 ) -> None:
+    """TopologyError unless `fn` takes every keyword in `params` (its parameters after the `fixed` ones)."""
     sig = inspect.signature(fn)
     if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
         return
-    allowed = [p for p in sig.parameters if p not in ("n", "seed")]
+    allowed = [p for p in sig.parameters if p not in fixed]
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise TopologyError(
             f"topology {key!r} does not take {', '.join(unknown)}; it takes: {', '.join(allowed) or 'no parameters'}"
         )
+
+
+def parse_params(text: str | None) -> dict[str, Any]:
+    """A topology's parameters written ``KEY=VALUE[,KEY=VALUE...]`` (``q=0.5,period=3``): each value an int, a
+    float, true/false, or else the string as written. TopologyError on a pair without '=' or a key twice."""
+    out: dict[str, Any] = {}
+    for pair in (text or "").split(","):
+        if not pair.strip():
+            continue
+        key, eq, value = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not eq or not key.isidentifier():
+            raise TopologyError(f"topology parameter {pair.strip()[:40]!r}: expected KEY=VALUE")
+        if key in out:
+            raise TopologyError(f"topology parameter {key!r} given twice")
+        out[key] = _value(value.strip())
+    return out
+
+
+def _value(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for typ in (int, float):
+        try:
+            return typ(text)
+        except ValueError:
+            pass
+    return text
 
 
 def build(name: str, n: int, seed: int = 0, **params: Any) -> nx.Graph:
@@ -72,7 +102,7 @@ def build(name: str, n: int, seed: int = 0, **params: Any) -> nx.Graph:
         raise TopologyError(f"topology needs n >= 2 peers (an integer), got {n!r}")
     fn = registry[key]
     params = {k: v for k, v in params.items() if v is not None}
-    _check_params(key, fn, params)
+    check_params(key, fn, params)
     raw = fn(n, seed, **params)
     outside = sorted((v for v in raw.nodes if not (isinstance(v, int) and 0 <= v < n)), key=str)
     if outside:

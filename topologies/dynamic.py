@@ -1,48 +1,84 @@
-"""Topologies that change every round: the graph of round t is a pure function of (n, seed, t).
+"""Topologies that change every round: the graph of round t is a pure function of (n, seed, t) and the
+topology's own parameters.
 
 A dynamic topology gives each round's links as a directed graph (an edge j -> i: peer i hears from peer j; an
 undirected topology lists both directions) and its support, the undirected union of every link it can use,
 which is what the exchange's communicator must connect. Adding one is a function and its ``@register_dynamic``
-line::
+line; its keyword parameters after (n, seed, t) are its own (given as ``--topology-params q=0.5``), and one
+registered with ``chooses_active=True`` returns a `Round`: the links and the peers that take part in round t
+(the others sit it out, as under churn)::
 
     @register_dynamic("ring-shift", directed=True, support=ring_support)
-    def ring_shift(n: int, seed: int, t: int) -> nx.DiGraph: ...
+    def ring_shift(n: int, seed: int, t: int, stride: int = 1) -> nx.DiGraph: ...
 """
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
 
 import networkx as nx
 
-from p2pfl.seeding import SHARED, numpy_rng
-from topologies.base import TopologyError, canonical
+from topologies.base import TopologyError, canonical, check_params, parse_params, registry
 from topologies.generators import complete
+from topologies.streams import SHARED, numpy_rng
+
+
+class Round(NamedTuple):
+    """One round of a dynamic topology that chooses who takes part: its links and its active peers."""
+
+    links: nx.DiGraph
+    active: frozenset[int]
 
 
 @dataclass(frozen=True)
 class Dynamic:
-    """A per-round topology: `links(n, seed, t)` and the support graph `support(n)`."""
+    """A per-round topology: `links(n, seed, t, **params)` and the support graph `support(n[, **params])`, with
+    the parameters it was bound to (`bind`)."""
 
     name: str
-    links: Callable[[int, int, int], nx.DiGraph]
-    support: Callable[[int], nx.Graph]
+    links: Callable[..., nx.DiGraph | Round]
+    support: Callable[..., nx.Graph]
     directed: bool
     doc: str
+    chooses_active: bool = False  # `links` returns a Round: some peers sit some rounds out
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def bind(self, **params: Any) -> Dynamic:
+        """This topology with its parameters set; TopologyError naming what it takes when it does not take one."""
+        check_params(self.name, self.links, params, fixed=("n", "seed", "t"))
+        return replace(self, params={**self.params, **params})
+
+    def round(self, n: int, seed: int, t: int) -> Round:
+        """Round t's links and active peers (every peer unless the topology chooses)."""
+        out = self.links(n, seed, t, **self.params)
+        if isinstance(out, Round):
+            outside = sorted(p for p in out.active if not 0 <= p < n)
+            if outside:
+                raise TopologyError(f"dynamic topology {self.name!r}: round {t} activates peers outside 0..{n - 1}")
+            return Round(out.links, frozenset(int(p) for p in out.active))
+        return Round(out, frozenset(range(n)))
+
+    def support_of(self, n: int) -> nx.Graph:
+        """The support graph on n peers (given the parameters when its function takes them)."""
+        takes = [p for p in inspect.signature(self.support).parameters if p != "n"]
+        return self.support(n, **{k: v for k, v in self.params.items() if k in takes})
 
 
 DYNAMIC: dict[str, Dynamic] = {}
 
 
-def register_dynamic(name: str, *, directed: bool, support: Callable[[int], nx.Graph]
-                     ) -> Callable[[Callable[[int, int, int], nx.DiGraph]], Callable[[int, int, int], nx.DiGraph]]:
-    """Add `fn(n, seed, t) -> nx.DiGraph` to the dynamic topologies under `name`."""
-    def deco(fn: Callable[[int, int, int], nx.DiGraph]) -> Callable[[int, int, int], nx.DiGraph]:
+def register_dynamic(name: str, *, directed: bool, support: Callable[..., nx.Graph], chooses_active: bool = False
+                     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Add `fn(n, seed, t, **params) -> nx.DiGraph` (a `Round` when `chooses_active`) under `name`."""
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         key = canonical(name)
         if key in DYNAMIC:
             raise TopologyError(f"dynamic topology {key!r} is already registered")
-        DYNAMIC[key] = Dynamic(key, fn, support, directed, (fn.__doc__ or "").strip().splitlines()[0])
+        DYNAMIC[key] = Dynamic(key, fn, support, directed, (fn.__doc__ or "").strip().splitlines()[0],
+                               chooses_active)
         return fn
     return deco
 
@@ -91,3 +127,15 @@ def one_peer_exponential(n: int, seed: int, t: int) -> nx.DiGraph:
 def dynamic_names() -> list[str]:
     """The registered dynamic topology names, sorted."""
     return sorted(DYNAMIC)
+
+
+def topology_params(name: str, text: str | None) -> dict[str, Any]:
+    """The parameters `text` (``KEY=VALUE,...``) gives topology `name`, static or dynamic, checked against what
+    its function takes (TopologyError otherwise; an unknown name is left to `build` and DYNAMIC's users)."""
+    params = parse_params(text)
+    key = canonical(name)
+    if key in DYNAMIC:
+        DYNAMIC[key].bind(**params)
+    elif key in registry:
+        check_params(key, registry[key], params)
+    return params

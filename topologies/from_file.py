@@ -7,8 +7,16 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 
-from p2pfl.shown import shown
 from topologies.base import TopologyError, register
+
+#: The most characters of a file's text an error message quotes (p2pfl.shown's limit).
+QUOTED = 80
+
+
+def shown(text: str) -> str:
+    """`text` as repr() writes it, cut after QUOTED characters with '...': a message stays one short line."""
+    quoted = repr(text[:QUOTED + 1])
+    return quoted if len(quoted) <= QUOTED else quoted[:QUOTED] + "..."
 
 
 def _label(raw: object, where: str) -> int:

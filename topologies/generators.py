@@ -4,8 +4,8 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 
-from p2pfl.seeding import SHARED, numpy_rng
 from topologies.base import TopologyError, register
+from topologies.streams import SHARED, numpy_rng
 
 
 def _graph(n: int, edges: list[tuple[int, int]] | np.ndarray) -> nx.Graph:

@@ -16,9 +16,9 @@ import scipy.sparse as sp
 from scipy.sparse import csgraph
 from scipy.sparse.linalg import LinearOperator, eigs
 
-from p2pfl.records import TopologyRecord, TopologyStats
 from topologies import measures
 from topologies.measures import N_EFF_GAMMA, Matrix, as_csr, as_dense, is_symmetric, n_eff, p_worst
+from topologies.records import TopologyRecord, TopologyStats
 
 TOL = 1e-9
 #: Up to this many peers the diameter is exact (a BFS from every peer, O(K·E)); above, a double-sweep lower bound.

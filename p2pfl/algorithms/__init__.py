@@ -1,10 +1,17 @@
-"""The methods a run can use; each lives in its own module and is built on `p2pfl.rounds.Algorithm`."""
+"""The methods a run can use; each lives in its own module and is built on `p2pfl.method.Algorithm`.
+
+The built-ins are named here by where they live (imported when first asked for); a plug-in registers its own
+class with `@register_method("name")`.
+"""
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-_REGISTRY = {
+A = TypeVar("A", bound=type)
+
+_REGISTRY: dict[str, str | type] = {
     "dec-ssl": "p2pfl.algorithms.dec_ssl:DecSSL",
     "dec-simsiam": "p2pfl.algorithms.dec_simsiam:DecSimSiam",
     "dec-byol": "p2pfl.algorithms.dec_byol:DecBYOL",
@@ -23,18 +30,37 @@ _REGISTRY = {
 }
 
 
+def register_method(name: str) -> Callable[[A], A]:
+    """Class decorator: register an Algorithm subclass as the method `name` (a name already taken is an error,
+    unless it is the same class registered again)."""
+    def register(cls: A) -> A:
+        known = _REGISTRY.get(name)
+        if known is not None and (known if isinstance(known, str) else f"{known.__module__}:{known.__qualname__}") \
+                != f"{cls.__module__}:{cls.__qualname__}":
+            raise ValueError(f"method {name!r} is already registered")
+        _REGISTRY[name] = cls
+        cls.name = name
+        return cls
+    return register
+
+
 def names() -> list[str]:
     return list(_REGISTRY)
 
 
 def batchable() -> list[str]:
     """The methods whose co-located peers can train as one computation (--batch-peers)."""
-    return [n for n in _REGISTRY if getattr(get(n), "batchable", False)]
+    from p2pfl.capabilities import BATCHABLE
+
+    return [n for n in _REGISTRY if get(n).can(BATCHABLE)]
 
 
 def get(name: str, cfg: Any = None) -> type:
     """The Algorithm class registered under `name`; given a run's configuration (a RunConfig), the class that runs
     it (the registered class's `runs(cfg)`: itself unless an option hands the run to another)."""
-    module, _, cls = _REGISTRY[name].partition(":")
-    algorithm = getattr(importlib.import_module(module), cls)
+    entry = _REGISTRY[name]
+    if isinstance(entry, str):
+        module, _, cls = entry.partition(":")
+        entry = getattr(importlib.import_module(module), cls)
+    algorithm = entry
     return algorithm if cfg is None else algorithm.runs(cfg)

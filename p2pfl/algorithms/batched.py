@@ -35,16 +35,17 @@ from p2pfl.algorithms.peer import Peer
 from p2pfl.config import RunConfig
 from p2pfl.data import PeerData
 from p2pfl.data.loader import ShardPool
+from p2pfl.models.encoders import MODELS
 from p2pfl.models.stacked import PeerStack, fold, peer_stacked, unfold, why_not_stackable
 from p2pfl.stacked_optim import StackedOptimizer
 
 #: Peers per stacked computation on a CPU: more peers make activations that no longer fit the caches
 #: (benchmarks/bench_batched_peers.py measured the choice).
 CPU_CHUNK = 16
-#: Encoders whose stacked step beats the loop on a CPU (benchmarks/bench_batched_peers.py, 2-core machine,
-#: 2026-12-01: simple-cnn 2.3x at 20 and 100 peers; resnet-small 1.05-1.09x, within the machine's noise).
-#: `auto` batches the others on GPUs only; `on` batches any stackable model.
-CPU_FASTER = frozenset({"simple-cnn"})
+#: The capability of the models whose stacked step beats the loop on a CPU (benchmarks/bench_batched_peers.py,
+#: 2-core machine, 2026-12-01: simple-cnn 2.3x at 20 and 100 peers; resnet-small 1.05-1.09x, within the machine's
+#: noise). `auto` batches the others on GPUs only; `on` batches any stackable model.
+CPU_FASTER = "cpu-stacked-faster"
 
 
 def batching_verdict(mode: str, method: str, batchable: bool, cfg: RunConfig, model: nn.Module, peers: int,
@@ -66,7 +67,7 @@ def batching_verdict(mode: str, method: str, batchable: bool, cfg: RunConfig, mo
         return False, reason
     if peers < 2:
         return False, "this rank hosts a single peer"
-    if mode == "auto" and device.type == "cpu" and cfg.model not in CPU_FASTER:
+    if mode == "auto" and device.type == "cpu" and CPU_FASTER not in getattr(MODELS.selected(cfg), "capabilities", ()):
         return False, f"on a CPU, --model {cfg.model} trains faster peer by peer (use on to force)"
     return True, "co-located peers of one architecture"
 

@@ -12,17 +12,16 @@ mean as the peers agree.
 """
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 
 from p2pfl.algorithms.peer import ConsensusPeer
+from p2pfl.capabilities import GIVES_GRADIENTS, MIXES_BY_W
+from p2pfl.context import RunContext
 from p2pfl.gossip import exact_mean
-from p2pfl.gossip.debias import step_models, weight
-from p2pfl.gossip.schemes import SchemeRound
+from p2pfl.gossip.schemes.base import DEBIASED, PLAIN_MIX
+from p2pfl.method import ASYNCHRONOUS, Algorithm, Phase
 from p2pfl.network import RoundNetwork
-from p2pfl.options import Check, method_options, opt
-from p2pfl.rounds import Algorithm, Phase, RunContext
+from p2pfl.options import method_options, opt
 from p2pfl.seeding import torch_generator
 
 
@@ -30,21 +29,19 @@ from p2pfl.seeding import torch_generator
 class ConsensusOptions:
     """The vectors consensus mixes (the project's choices: a size where the runtime's cost shows, float32)."""
 
-    validated_after: ClassVar[str] = "run"
-
-    vector_size: int = opt(1_000_000, "floats per peer for --algorithm consensus", section="consensus")
+    vector_size: int = opt(1_000_000, "floats per peer for --algorithm consensus", section="consensus",
+                           bounds=">= 1")
     vector_dtype: str = opt("float32", "precision of the consensus vectors (float64 isolates the weights from "
                                        "float32 rounding)", ("float32", "float64"), section="consensus")
-
-    def validate(self, check: Check) -> None:
-        check(self.vector_size >= 1, "vector_size", f"must be >= 1, got {self.vector_size}")
 
 
 class Consensus(Algorithm):
     name = "consensus"
     headline = "consensus"
-    gossip_schemes: ClassVar[tuple[str, ...]] = ("average", "push-sum", "choco")
-    compressible: ClassVar[bool] = True
+    #: It mixes one vector per peer by W (so --compress and the schemes that need no gradient apply: push-sum,
+    #: CHOCO-gossip) and averages it pairwise under --mode async.
+    capabilities = frozenset({MIXES_BY_W, ASYNCHRONOUS})
+    lacks = {GIVES_GRADIENTS: "it has no gradient: its vectors are not trained"}
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
@@ -66,18 +63,15 @@ class Consensus(Algorithm):
 
     def communicate(self, round: int, net: RoundNetwork) -> Phase:
         vectors = {p: peer.x for p, peer in self.peers.items() if p in net.active}
-        if self.cfg.gossip in ("push-sum", "choco"):  # choco with no gradient: CHOCO-gossip
-            work = SchemeRound(vectors, {p: torch.zeros_like(x) for p, x in vectors.items()}, 1.0,
-                               consensus_step=self.cfg.consensus_step, support=self.ctx.graph)
-            mixed = step_models(self.cfg.gossip, self.ctx.gossip, work, {p: self.peers[p].scheme for p in vectors},
-                                net, round)
-        else:
+        scheme = self.ctx.scheme
+        if PLAIN_MIX in scheme.capabilities:
             mixed = self.ctx.gossip.mix(vectors, net, round, memory=self.attack_memory)
+        else:  # with no gradient (G = 0, η = 1): push-sum consensus, CHOCO-gossip
+            mixed = scheme.round_models(self.ctx.gossip, vectors, {p: torch.zeros_like(x) for p, x in vectors.items()},
+                                        1.0, {p: self.peers[p].scheme for p in vectors}, net, round)
         for p, x in mixed.vectors.items():
             self.peers[p].x = x
         return Phase(events=mixed.events)
-
-    asynchronous: ClassVar[bool] = True
 
     def async_vector(self, peer: int) -> torch.Tensor:
         return self.peers[peer].x.clone()
@@ -106,13 +100,13 @@ class Consensus(Algorithm):
                         "distance_to_initial_mean": float((self.peers[p].x.double().cpu() - start).norm()
                                                           / start.norm())} for p in alive}
         metrics = {"mean_shift": shift}
-        if self.cfg.gossip == "push-sum":
+        if DEBIASED in self.ctx.scheme.capabilities:
             metrics["mass_shift"] = self.mass_shift()
         return metrics, per_peer
 
     def mass_shift(self) -> float:
         """Push-sum's ‖Σ_i w_i z_i / K − the start's mean‖ relative to the start's mean (all K peers, crashed
         ones' as they were): the mass it conserves; collective."""
-        masses = {p: weight(peer.scheme, peer.x) * peer.x for p, peer in self.peers.items()}
+        masses = {p: self.ctx.scheme.numerator(peer.x, peer.scheme) for p, peer in self.peers.items()}
         mass = exact_mean(self.ctx.world, masses, self.ctx.n_peers)
         return float((mass - self.initial_mean).norm() / self.initial_mean.norm())

@@ -29,12 +29,12 @@ from p2pfl.algorithms.dec_ssl import DEC_SSL_BUDGET, DecSSL
 from p2pfl.algorithms.gossip_learner import GossipPeer
 from p2pfl.algorithms.peer import Peer
 from p2pfl.losses.siamese import byol_loss, output_std
+from p2pfl.method import ASYNCHRONOUS, BATCHABLE, LocalRound
 from p2pfl.models import build_encoder
 from p2pfl.models.params import state_copy
 from p2pfl.models.siamese import BYOLNet, follow_
 from p2pfl.network import RoundNetwork
-from p2pfl.options import Check, method_options, opt
-from p2pfl.rounds import LocalRound
+from p2pfl.options import method_options, opt
 
 
 @dataclass(eq=False)
@@ -55,27 +55,22 @@ def byol_tau(base: float, k: int, total: int) -> float:
 class DecBYOLOptions:
     """BYOL's target network."""
 
-    validated_after: ClassVar[str] = "data"
-
     byol_tau: float = opt(0.99, "BYOL's base target momentum; it rises to 1 along a cosine over the run's local "
-                          "steps", section="ssl", paper="BYOL's tau_base")
-
-    def validate(self, check: Check) -> None:
-        check(0 < self.byol_tau < 1, "byol_tau", f"must lie in (0, 1), got {self.byol_tau}")
+                          "steps", section="ssl", paper="BYOL's tau_base", bounds="(0, 1)")
 
 
 class DecBYOL(DecSSL):
     """BYOL peers on a gossip graph: online networks mixed, momentum targets local."""
-    asynchronous: ClassVar[bool] = False  # its target momentum follows the rounds, which async does not count
 
     name = "dec-byol"
     defaults = DEC_SSL_BUDGET  # no temperature: BYOL has none
-    batchable = False  # the target's per-step EMA is per-peer state the peer-stacked path does not carry
+    lacks = {ASYNCHRONOUS: "its target momentum follows the rounds, which async does not count",
+             BATCHABLE: "the target's per-step EMA is per-peer state the peer-stacked path does not carry"}
     record: ClassVar[type[Peer]] = BYOLPeer
     peers: dict[int, BYOLPeer]
 
     def make_model(self) -> nn.Module:
-        encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size)
+        encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size, cfg=self.cfg)
         return BYOLNet(encoder, proj_dim=self.cfg.proj_dim)
 
     def init_peer(self, peer: BYOLPeer) -> None:

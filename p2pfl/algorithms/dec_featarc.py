@@ -49,16 +49,17 @@ from p2pfl.algorithms.dec_ssl import DecSSL
 from p2pfl.algorithms.gossip_learner import GossipPeer
 from p2pfl.algorithms.local_batch import PeerBatch, StepLoss
 from p2pfl.algorithms.peer import ModelPool, Peer, derived
+from p2pfl.capabilities import MIXES_BY_W
 from p2pfl.data import normalize
 from p2pfl.evaluation import features
 from p2pfl.gossip import exact_mean, finite
 from p2pfl.losses import nt_xent
 from p2pfl.losses.featarc import alignment_regulariser, alignment_scores, assign_cluster
+from p2pfl.method import ASYNCHRONOUS, BATCHABLE, LocalRound, Phase
 from p2pfl.models import MixableState, SimCLRNet, build_encoder, init_model
 from p2pfl.network import RoundNetwork
-from p2pfl.options import Check, method_options, opt
+from p2pfl.options import method_options, opt
 from p2pfl.records import BEST_CLUSTER
-from p2pfl.rounds import LocalRound, Phase
 from p2pfl.seeding import SHARED, torch_generator
 
 
@@ -79,28 +80,21 @@ class FeatARCPeer(GossipPeer):
 class DecFeatARCOptions:
     """FeatARC's clusters and regulariser."""
 
-    validated_after: ClassVar[str] = "data"
-
-    clusters: int = opt(2, "FeatARC: number of cluster models C", section="ssl")
-    reg_scale: float = opt(1.0, "FeatARC: weight lambda of the alignment regulariser", section="ssl")
-
-    def validate(self, check: Check) -> None:
-        check(self.clusters >= 1, "clusters", f"must be >= 1, got {self.clusters}")
-        check(self.reg_scale >= 0, "reg_scale", f"must be >= 0, got {self.reg_scale}")
+    clusters: int = opt(2, "FeatARC: number of cluster models C", section="ssl", bounds=">= 1")
+    reg_scale: float = opt(1.0, "FeatARC: weight lambda of the alignment regulariser", section="ssl", bounds=">= 0")
 
 
 class DecFeatARC(DecSSL):
     """Feature Alignment + Regularisation + Clustering on a peer graph (module docstring)."""
-    asynchronous: ClassVar[bool] = False  # no exchange, or not the pairwise mean AD-PSGD averages by
 
     name = "dec-featarc"
-    batchable = False  # per-peer anchors and clusters: peer by peer
+    lacks = {ASYNCHRONOUS: "it mixes per cluster (mix_clusters), not one vector pairwise",
+             BATCHABLE: "its per-peer anchors and clusters train peer by peer",
+             MIXES_BY_W: "it mixes per cluster (mix_clusters), not one vector by W"}
     record: ClassVar[type[Peer]] = FeatARCPeer
     peers: dict[int, FeatARCPeer]
     defaults = {**DecSSL.defaults, "rejoin": "stale"}
     allowed = {"rejoin": ("stale",), "byzantine": (None,)}
-    gossip_schemes = ("average",)  # it mixes per cluster (mix_clusters), not by W
-    compressible = False
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -112,7 +106,7 @@ class DecFeatARC(DecSSL):
         return self.cfg.clusters
 
     def make_model(self) -> nn.Module:
-        encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size)
+        encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size, cfg=self.cfg)
         return SimCLRNet(encoder, proj_dim=encoder.feat_dim)
 
     def cluster_state(self, k: int) -> dict[str, torch.Tensor]:

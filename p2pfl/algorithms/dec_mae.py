@@ -27,7 +27,7 @@ from p2pfl.data.augment import crop_resize_flip, normalize, sample_crop_boxes
 from p2pfl.losses.mae import mae_loss, patchify, random_masking
 from p2pfl.models import build_encoder
 from p2pfl.models.mae import MAENet
-from p2pfl.options import Check, method_options, opt
+from p2pfl.options import method_options, opt
 from p2pfl.seeding import torch_generator
 
 MAE_CROP_SCALE = (0.2, 1.0)  # MAE's pre-training RandomResizedCrop
@@ -46,12 +46,8 @@ class MAEPeer(GossipPeer):
 class DecMAEOptions:
     """MAE's masking."""
 
-    validated_after: ClassVar[str] = "data"
-
-    mask_ratio: float = opt(0.75, "MAE: fraction of patches masked", section="ssl", paper="MAE (SPEC §4)")
-
-    def validate(self, check: Check) -> None:
-        check(0 < self.mask_ratio < 1, "mask_ratio", f"must lie in (0, 1), got {self.mask_ratio}")
+    mask_ratio: float = opt(0.75, "MAE: fraction of patches masked", section="ssl", paper="MAE (SPEC §4)",
+                            bounds="(0, 1)")
 
 
 class DecMAE(GossipLearner):
@@ -59,13 +55,12 @@ class DecMAE(GossipLearner):
 
     scores_representations = True
     name = "dec-mae"
-    batchable = False
     record: ClassVar[type[Peer]] = MAEPeer
     defaults = {"model": "vit-tiny", "optimizer": "adamw", "weight_decay": MAE_WEIGHT_DECAY}
     allowed = {"model": ("vit-tiny",)}
 
     def make_model(self) -> nn.Module:
-        encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size)
+        encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size, cfg=self.cfg)
         return MAENet(encoder, **DECODER)
 
     def init_peer(self, peer: MAEPeer) -> None:

@@ -14,6 +14,7 @@ from torch import nn
 
 from p2pfl.algorithms.dec_ssl import DEC_SSL_BUDGET, DecSSL
 from p2pfl.losses.siamese import output_std, simsiam_loss
+from p2pfl.method import BATCHABLE
 from p2pfl.models import build_encoder
 from p2pfl.models.siamese import SimSiamNet
 
@@ -24,11 +25,11 @@ class DecSimSiam(DecSSL):
     """SimSiam peers on a gossip graph."""
 
     name = "dec-simsiam"
-    batchable = False  # the peer-stacked path (--batch-peers) does not run per-view networks
+    lacks = {BATCHABLE: "the peer-stacked path does not run per-view networks"}
     defaults = {**DEC_SSL_BUDGET, **SIMSIAM_PAPER}
 
     def make_model(self) -> nn.Module:
-        encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size)
+        encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size, cfg=self.cfg)
         return SimSiamNet(encoder, proj_dim=self.cfg.proj_dim)
 
     def criterion(self, out: tuple[torch.Tensor, torch.Tensor], y: torch.Tensor, refs: list

@@ -7,9 +7,10 @@ from torch import nn
 from p2pfl.algorithms.gossip_learner import GossipLearner, GossipPeer
 from p2pfl.algorithms.scoring import representation_scores, representation_scores_stacked
 from p2pfl.losses import nt_xent
+from p2pfl.method import BATCHABLE
 from p2pfl.models import SimCLRNet, build_encoder
 from p2pfl.models.stacked import PeerStack
-from p2pfl.options import Check, method_options, opt
+from p2pfl.options import method_options, opt
 
 #: The Dec-SSL family's data and budget when the user leaves them unset: what makes the main job
 #: (`mpirun -n 20 python -m p2pfl.run --topology cycle`) learn visibly in about ten minutes on a 2-core machine.
@@ -29,11 +30,8 @@ class DecSSLOptions:
     their papers' values in `defaults` (dec-ssl 0.2, moon 0.5)."""
 
     temperature: float = opt(0.5, "contrastive temperature (NT-Xent, MOON)", section="training",
-                             paper="SimCLR's NT-Xent and MOON's tau (0.5)")
+                             paper="SimCLR's NT-Xent and MOON's tau (0.5)", bounds="> 0")
     proj_dim: int = opt(128, "projection width", section="training")
-
-    def validate(self, check: Check) -> None:
-        check(self.temperature > 0, "temperature", f"must be > 0, got {self.temperature}")
 
 
 class DecSSL(GossipLearner):
@@ -41,7 +39,7 @@ class DecSSL(GossipLearner):
 
     scores_representations = True
     name = "dec-ssl"
-    batchable = True
+    capabilities = frozenset({BATCHABLE})
     defaults = {**DEC_SSL_BUDGET, "temperature": DEC_SSL_TEMPERATURE}
 
     def setup(self) -> None:
@@ -49,7 +47,7 @@ class DecSSL(GossipLearner):
         self.augment = self.simclr_augment()
 
     def make_model(self) -> nn.Module:
-        encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size)
+        encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size, cfg=self.cfg)
         return SimCLRNet(encoder, proj_dim=self.cfg.proj_dim)
 
     def draw(self, peer: GossipPeer, x: torch.Tensor) -> tuple[dict, dict]:

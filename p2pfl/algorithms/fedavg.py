@@ -27,12 +27,13 @@ from p2pfl.algorithms.gossip_learner import GossipLearner, GossipPeer
 from p2pfl.algorithms.peer import Peer, derived
 from p2pfl.algorithms.scoring import classifier_scores, classifier_scores_stacked
 from p2pfl.algorithms.trainer import OneBatch
+from p2pfl.capabilities import MIXES_BY_W
 from p2pfl.data import supervised_apply, supervised_draw
 from p2pfl.heterogeneity import Loss
+from p2pfl.method import ASYNCHRONOUS, BATCHABLE, Phase
 from p2pfl.models import MoonNet, build_encoder
 from p2pfl.models.stacked import PeerStack
 from p2pfl.network import RoundNetwork
-from p2pfl.rounds import Phase
 
 MOON_PROJ_DIM = 256  # MOON's out_dim (the projection width of ModelFedCon), fixed as in the paper
 FEDPROX_MU = 0.01
@@ -51,7 +52,7 @@ class FedAvg(GossipLearner):
 
     name = "fedavg"
     defaults = MOON_PAPER
-    batchable = True
+    capabilities = frozenset({BATCHABLE})
 
     def setup(self) -> None:
         super().setup()
@@ -59,7 +60,7 @@ class FedAvg(GossipLearner):
         self.padding_mode = "reflect" if self.dataset.name == "cifar10" else "constant"
 
     def make_model(self) -> nn.Module:
-        encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size)
+        encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size, cfg=self.cfg)
         return MoonNet(encoder, self.dataset.num_classes, proj_dim=MOON_PROJ_DIM)
 
     def draw(self, peer: GossipPeer, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -94,12 +95,10 @@ class FedAvg(GossipLearner):
 
 class Solo(FedAvg):
     """Each peer trains MOON's network alone on its shard (MOON's SOLO baseline): no communication."""
-    asynchronous: ClassVar[bool] = False  # no exchange, or not the pairwise mean AD-PSGD averages by
 
     name = "solo"
     communicates = False
-    gossip_schemes = ("average",)
-    compressible = False
+    lacks = {ASYNCHRONOUS: "its peers never communicate", MIXES_BY_W: "its peers never communicate"}
 
 
 @dataclass(eq=False)
@@ -160,13 +159,12 @@ class Scaffold(FedAvg):
     complete/uniform with full participation this mix is the mean of all c_i, i.e. SCAFFOLD's server c.
     The control variates cover the trainable parameters (not BN running statistics); c and c_i start at zero.
     """
-    asynchronous: ClassVar[bool] = False  # no exchange, or not the pairwise mean AD-PSGD averages by
 
     name = "scaffold"
     record: ClassVar[type[Peer]] = ScaffoldPeer
-    batchable = False  # its correction runs after every optimiser step of each peer
-    gossip_schemes = ("average",)  # its second message (the control variates) is its own scheme
-    compressible = False  # the control variates would travel compressed too
+    lacks = {ASYNCHRONOUS: "its control variates travel as a second message, outside the pairwise mean",
+             BATCHABLE: "its correction runs after every optimiser step of each peer",
+             MIXES_BY_W: "its control variates travel as a second message, mixed by the plain average uncompressed"}
     allowed = {"optimizer": ("sgd",)}  # the correction w -= lr·(c − c_i) is a plain SGD step (docstring above)
 
     def init_peer(self, peer: ScaffoldPeer) -> None:

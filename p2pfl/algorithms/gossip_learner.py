@@ -16,19 +16,19 @@ from torch import nn
 
 from p2pfl.algorithms.peer import Peer, derived
 from p2pfl.algorithms.trainer import LocalTrainer
+from p2pfl.capabilities import GIVES_GRADIENTS, MIXES_BY_W
+from p2pfl.context import RunContext
 from p2pfl.data import ImageDataset, PeerData, SimCLRAugment, simclr_crop_scale
 from p2pfl.data.workload import Workload, load_workload
 from p2pfl.evaluation import weight_drift
 from p2pfl.gossip import exact_mean
-from p2pfl.gossip.debias import step_models
-from p2pfl.gossip.schemes import LEARNER_SCHEMES, SchemeRound
+from p2pfl.gossip.schemes.base import NO_REJOIN_MIX, PLAIN_MIX, UPDATED_ONLY
 from p2pfl.heterogeneity import Loss, at_average
+from p2pfl.method import ASYNCHRONOUS, LocalRound, Phase
 from p2pfl.models import MixableState, init_model
 from p2pfl.models.stacked import PeerStack
 from p2pfl.network import RoundNetwork
-from p2pfl.optim import local_momentum
 from p2pfl.records import PEERS_SCORED, UNTRAINED
-from p2pfl.rounds import LocalRound, Phase, RunContext
 from p2pfl.seeding import SHARED, torch_generator
 
 #: Metrics of an encoder's representation (scoring.representation_scores): each is also reported for the
@@ -54,8 +54,9 @@ class GossipLearner(LocalTrainer):
 
     record: ClassVar[type[Peer]] = GossipPeer
     peers: dict[int, GossipPeer]
-    gossip_schemes: ClassVar[tuple[str, ...]] = LEARNER_SCHEMES
-    compressible: ClassVar[bool] = True
+    #: It mixes its mixable state by W (so every --gossip scheme and --compress apply), hands a scheme its local
+    #: update as G, and averages that state pairwise under --mode async.
+    capabilities = frozenset({MIXES_BY_W, GIVES_GRADIENTS, ASYNCHRONOUS})
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
@@ -144,8 +145,6 @@ class GossipLearner(LocalTrainer):
         first = self.peers[self.ctx.local_peers[0]]
         self.ctx.record_manifest(model={"name": self.cfg.model, "parameters": first.full.numel,
                                         "mixed_per_message": first.mixable.numel})
-        if self.communicates and self.cfg.gossip == "qgm":
-            self.ctx.record_manifest(qgm={"mu": self.cfg.momentum, "local_momentum": local_momentum(self.cfg)})
 
     # ------------------------------------------------------------------ communication
     def mix_sizes(self) -> list[float] | None:
@@ -160,9 +159,9 @@ class GossipLearner(LocalTrainer):
         return {p: peer.mixable.flatten(peer.buffer) for p, peer in self.peers.items() if p in net.active}
 
     def local_updates(self, peers: list[int], round: int, net: RoundNetwork) -> LocalRound:
-        """The local rounds; under a --gossip scheme other than average, each peer's mixable state before it
-        first (the X its G is measured from)."""
-        if self.communicates and self.cfg.gossip != "average":
+        """The local rounds; under a --gossip scheme that reads x and G, each peer's mixable state before it first
+        (the X its G is measured from)."""
+        if self.communicates and not self.ctx.scheme.capabilities & {PLAIN_MIX, UPDATED_ONLY}:
             for p in peers:
                 peer = self.peers[p]
                 peer.start = peer.mixable.flatten()
@@ -171,7 +170,7 @@ class GossipLearner(LocalTrainer):
     def communicate(self, round: int, net: RoundNetwork) -> Phase | None:
         if not self.communicates:
             return None
-        if self.cfg.gossip != "average":
+        if PLAIN_MIX not in self.ctx.scheme.capabilities:
             return self.communicate_scheme(round, net)
         mixed = self.ctx.gossip.mix(self.active_vectors(net), net, round, self.mix_sizes(), self.attack_memory)
         for p, vec in mixed.vectors.items():
@@ -180,27 +179,26 @@ class GossipLearner(LocalTrainer):
 
     def communicate_scheme(self, round: int, net: RoundNetwork) -> Phase:
         """The round of the --gossip scheme (SPEC §7) on the mixable state: G = (x − x_E)/η, x the state before
-        the local update, x_E after it, η the round's learning rate; qgm's μ is --momentum. Under push-sum the
-        models are z = x/w (p2pfl.gossip.debias); state that is not mixable (FedBN's) stays the peer's own."""
+        the local update, x_E after it, η the round's learning rate. The models are what the peers hold
+        (`Scheme.round_models`: push-sum's z = x/w); state that is not mixable (FedBN's) stays the peer's own."""
+        scheme = self.ctx.scheme
         lr = self.lr_at(round)
         after = self.active_vectors(net)
-        start = {p: self.peers[p].start for p in after}
-        if self.cfg.gossip == "choco":  # CHOCO needs only x½ = x_E: passed as it is (G = 0), not rebuilt from G
-            start = after
-        work = SchemeRound(start, {p: (start[p] - v) / lr for p, v in after.items()}, lr, self.cfg.momentum,
-                           tree=self.ctx.relay_tree, consensus_step=self.cfg.consensus_step, support=self.ctx.graph)
-        mixed = step_models(self.cfg.gossip, self.ctx.gossip, work, {p: self.peers[p].scheme for p in after}, net,
-                            round, self.mix_sizes())
+        # a scheme that reads only x½ = x_E gets it as it is (G = 0), not rebuilt from G
+        start = after if UPDATED_ONLY in scheme.capabilities else {p: self.peers[p].start for p in after}
+        mixed = scheme.round_models(self.ctx.gossip, start, {p: (start[p] - v) / lr for p, v in after.items()}, lr,
+                                    {p: self.peers[p].scheme for p in after}, net, round, self.mix_sizes())
         for p, vec in mixed.vectors.items():
             self.peers[p].mixable.unflatten_(vec)
         return Phase(events=mixed.events)
 
     def rejoin(self, round: int, net: RoundNetwork) -> Phase | None:
         """--rejoin mix: a peer back from sitting out first takes its fresh neighbours' mix (Gossip.pull) and
-        trains from there, as a FedAvg client starts from the current global model. Not under push-sum: a pull
-        would replace the peer's z while its w stays, creating or destroying mass; its peer goes on from its own
-        z, and the column-stochastic mixing brings it back to the network's mean."""
-        if not self.communicates or self.cfg.rejoin != "mix" or not net.rejoining or self.cfg.gossip == "push-sum":
+        trains from there, as a FedAvg client starts from the current global model. Not under a scheme that
+        forbids it (push-sum: a pull would replace the peer's z while its w stays, creating or destroying mass; its
+        peer goes on from its own z, and the column-stochastic mixing brings it back to the network's mean)."""
+        if (not self.communicates or self.cfg.rejoin != "mix" or not net.rejoining
+                or NO_REJOIN_MIX in self.ctx.scheme.capabilities):
             return None
         mixed = self.ctx.gossip.pull(self.active_vectors(net), net, round, net.rejoining, self.mix_sizes())
         for p, vec in mixed.vectors.items():
@@ -209,8 +207,6 @@ class GossipLearner(LocalTrainer):
 
     def consensus_vectors(self) -> dict[int, torch.Tensor]:
         return {p: peer.mixable.flatten(peer.buffer) for p, peer in self.peers.items()}
-
-    asynchronous: ClassVar[bool] = True
 
     def async_vector(self, peer: int) -> torch.Tensor:
         return self.peers[peer].mixable.flatten()

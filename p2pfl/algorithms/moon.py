@@ -28,7 +28,8 @@ from p2pfl.algorithms.fedavg import MOON_PAPER, FedAvg
 from p2pfl.algorithms.gossip_learner import GossipPeer
 from p2pfl.algorithms.peer import ModelPool, Peer, derived
 from p2pfl.losses import moon_contrastive
-from p2pfl.options import Check, method_options, opt
+from p2pfl.method import ASYNCHRONOUS
+from p2pfl.options import method_options, opt
 
 MOON_MU = 5.0
 MOON_TAU = 0.5
@@ -48,22 +49,20 @@ class MoonOptions:
     """MOON's model-contrastive term; `mu` is FedProx's proximal weight as well (p2pfl.algorithms.fedavg)."""
 
     mu: float = opt(0.0, "weight of the MOON / FedProx term (moon and fedprox default to their papers' values)",
-                    section="moon", paper="MOON's CIFAR-10 values: moon 5 (MOON_MU), fedprox 0.01 (FEDPROX_MU)")
+                    section="moon", paper="MOON's CIFAR-10 values: moon 5 (MOON_MU), fedprox 0.01 (FEDPROX_MU)",
+                    bounds=">= 0")
     prev_models: int = opt(1, "MOON's pool of previous models", section="moon",
-                           paper="MOON's model_buffer_size")
-
-    def validate(self, check: Check) -> None:
-        check(self.mu >= 0, "mu", f"must be >= 0, got {self.mu}")
-        check(self.prev_models >= 1, "prev_models", f"must be >= 1, got {self.prev_models}")
+                           paper="MOON's model_buffer_size", bounds=">= 1")
 
 
 class Moon(FedAvg):
     """Model-contrastive federated learning on a peer graph."""
-    asynchronous: ClassVar[bool] = False  # no exchange, or not the pairwise mean AD-PSGD averages by
 
     name = "moon"
     defaults = {**MOON_PAPER, "mu": MOON_MU, "temperature": MOON_TAU}
     record: ClassVar[type[Peer]] = MoonPeer
+    lacks = {ASYNCHRONOUS: "its references (the model a round starts from, the pool of earlier rounds' models) "
+                           "follow synchronous rounds"}
 
     def init_peer(self, peer: MoonPeer) -> None:
         super().init_peer(peer)

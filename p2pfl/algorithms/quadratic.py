@@ -23,12 +23,14 @@ import numpy as np
 import torch
 
 from p2pfl.algorithms.peer import derived
+from p2pfl.capabilities import GIVES_GRADIENTS, MIXES_BY_W
+from p2pfl.context import RunContext
 from p2pfl.gossip import exact_mean
-from p2pfl.gossip.schemes import SCHEMES, SchemeRound, model, step
+from p2pfl.gossip.schemes.base import DEBIASED
 from p2pfl.heterogeneity import zeta2
+from p2pfl.method import Algorithm, LocalRound, Phase
 from p2pfl.network import RoundNetwork
 from p2pfl.options import Check, method_options, opt
-from p2pfl.rounds import Algorithm, LocalRound, Phase, RunContext
 from p2pfl.runtime.checkpoint import CHECKPOINT
 from p2pfl.seeding import numpy_rng, torch_generator
 
@@ -41,18 +43,16 @@ class QuadraticOptions:
 
     validated_after: ClassVar[str] = "run"
 
-    dim: int = opt(10, "dimension d of the quadratic problem (--algorithm quadratic)", section="quadratic")
+    dim: int = opt(10, "dimension d of the quadratic problem (--algorithm quadratic)", section="quadratic",
+                   bounds=">= 1")
     zeta2: float = opt(1.0, "heterogeneity ζ² of the quadratic problem: b_i ~ N(0, ζ²/(i+1)² I)", section="quadratic",
-                       paper="Koloskova et al. 2020 / Vogels et al. 2021's generator")
+                       paper="Koloskova et al. 2020 / Vogels et al. 2021's generator", bounds=">= 0")
     sgd_noise: float = opt(0.0, "variance σ² of the gradient noise N(0, σ²/d I) of the quadratic problem",
-                           section="quadratic")
+                           section="quadratic", bounds=">= 0")
     problem: str | None = opt(None, "the quadratic problem from FILE.npz: arrays A [K, d, d] and b [K, d]",
                               section="quadratic")
 
     def validate(self, check: Check) -> None:
-        check(self.dim >= 1, "dim", f"must be >= 1, got {self.dim}")
-        check(self.zeta2 >= 0, "zeta2", f"must be >= 0, got {self.zeta2}")
-        check(self.sgd_noise >= 0, "sgd_noise", f"must be >= 0, got {self.sgd_noise}")
         check(self.problem is None or os.path.isfile(self.problem), "problem", f"file not found: {self.problem}")
 
 
@@ -133,8 +133,7 @@ class Quadratic(Algorithm):
     headline = "loss"
     defaults: ClassVar[dict[str, Any]] = {"dtype": "float64", "optimizer": "sgd"}
     allowed: ClassVar[dict[str, tuple[Any, ...]]] = {"optimizer": ("sgd",)}  # plain gradient steps
-    gossip_schemes: ClassVar[tuple[str, ...]] = SCHEMES
-    compressible: ClassVar[bool] = True
+    capabilities = frozenset({MIXES_BY_W, GIVES_GRADIENTS})  # the test bed of every --gossip scheme
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
@@ -175,7 +174,7 @@ class Quadratic(Algorithm):
         metrics = {}
         for p in peers:
             peer = self.peers[p]
-            z = model(peer.x, peer.scheme)
+            z = self.ctx.scheme.model(peer.x, peer.scheme)
             metrics[p] = {"loss": float(0.5 * (apply(peer.A, z) - peer.b).pow(2).sum())}
             if steps == 1:
                 peer.g = self.gradient(peer, z)
@@ -188,27 +187,28 @@ class Quadratic(Algorithm):
 
     def communicate(self, round: int, net: RoundNetwork) -> Phase:
         active = [p for p in sorted(self.peers) if p in net.active]
-        work = SchemeRound({p: self.peers[p].x for p in active}, {p: self.peers[p].g for p in active}, self.cfg.lr,
-                           self.cfg.momentum, self.ctx.relay_tree, self.cfg.consensus_step, self.ctx.graph)
-        mixed = step(self.cfg.gossip, self.ctx.gossip, work, {p: self.peers[p].scheme for p in active}, net, round)
+        mixed = self.ctx.scheme.round(self.ctx.gossip, {p: self.peers[p].x for p in active},
+                                      {p: self.peers[p].g for p in active}, self.cfg.lr,
+                                      {p: self.peers[p].scheme for p in active}, net, round)
         for p, x in mixed.vectors.items():
             self.peers[p].x = x
         return Phase(events=mixed.events)
 
     def consensus_vectors(self) -> dict[int, torch.Tensor]:
-        return {p: model(peer.x, peer.scheme) for p, peer in self.peers.items()}
+        return {p: self.ctx.scheme.model(peer.x, peer.scheme) for p, peer in self.peers.items()}
 
     def errors(self, net: RoundNetwork) -> dict[int, float]:
         """Each local alive peer's Σ_coordinates (x_i − x*)² (x_i its model: push-sum's x/w)."""
-        return {p: float((model(self.peers[p].x, self.peers[p].scheme) - self.x_star).pow(2).sum())
+        return {p: float((self.ctx.scheme.model(self.peers[p].x, self.peers[p].scheme) - self.x_star).pow(2).sum())
                 for p in self.alive_peers(net)}
 
     def round_metrics(self, round: int, net: RoundNetwork) -> dict[str, float] | None:
         """`error`: the mean over the alive peers and coordinates of (x_i − x*)², summed in peer order on rank 0
-        (the same on any number of ranks); under push-sum also the masses it keeps, over all K peers (crashed ones'
-        as they were): `weight_sum` Σ_i w_i and `numerator_sum` Σ_i Σ_coordinates x_i."""
-        push = self.cfg.gossip == "push-sum"
-        mass = {p: (float(peer.scheme["w"]) if "w" in peer.scheme else 1.0, float(peer.x.sum()))
+        (the same on any number of ranks); under a debiased scheme (push-sum) also the masses it keeps, over all K
+        peers (crashed ones' as they were): `weight_sum` Σ_i w_i and `numerator_sum` Σ_i Σ_coordinates x_i."""
+        scheme = self.ctx.scheme
+        push = DEBIASED in scheme.capabilities
+        mass = {p: (float(scheme.weight(peer.scheme, peer.x)), float(peer.x.sum()))
                 for p, peer in self.peers.items()} if push else {}
         parts = self.ctx.world.gather((self.errors(net), mass))
         if parts is None:
@@ -227,7 +227,7 @@ class Quadratic(Algorithm):
         if self.cfg.zeta2_batch == 0:
             return None
         n = len(self.evaluated(net))
-        models = {p: model(self.peers[p].x, self.peers[p].scheme) for p in self.alive_peers(net)}
+        models = {p: self.ctx.scheme.model(self.peers[p].x, self.peers[p].scheme) for p in self.alive_peers(net)}
         mean = exact_mean(self.ctx.world, models, n, like=self.x_star).to(self.x_star.device)
         grads = {p: self.exact_gradient(self.peers[p], mean) for p in models}
         return zeta2(self.ctx.world, grads, n, self.x_star)

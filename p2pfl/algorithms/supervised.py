@@ -4,7 +4,7 @@ Dec-SL is scored by its own test accuracy and, like Dec-SSL, by a linear probe o
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -17,14 +17,16 @@ from p2pfl.algorithms.scoring import (
     representation_scores,
     representation_scores_stacked,
 )
+from p2pfl.capabilities import MIXES_BY_W
 from p2pfl.data import supervised_apply, supervised_draw
 from p2pfl.heterogeneity import Loss
+from p2pfl.method import ASYNCHRONOUS, BATCHABLE
 from p2pfl.models import SupervisedNet, build_encoder
 from p2pfl.models.stacked import PeerStack
 
 if TYPE_CHECKING:
     from p2pfl.config import RunConfig
-    from p2pfl.rounds import Algorithm
+    from p2pfl.method import Algorithm
 
 
 class DecSL(GossipLearner):
@@ -32,14 +34,14 @@ class DecSL(GossipLearner):
 
     scores_representations = True
     name = "dec-sl"
-    batchable = True
+    capabilities = frozenset({BATCHABLE})
 
     def setup(self) -> None:
         super().setup()
         self.augment = self.simclr_augment() if self.cfg.sl_augment == "simclr" else None
 
     def make_model(self) -> nn.Module:
-        encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size)
+        encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size, cfg=self.cfg)
         return SupervisedNet(encoder, self.dataset.num_classes)
 
     def draw(self, peer: GossipPeer, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -72,12 +74,10 @@ class DecSL(GossipLearner):
 
 class Local(DecSL):
     """Each peer trains alone on its shard: no communication at all."""
-    asynchronous: ClassVar[bool] = False  # no exchange, or not the pairwise mean AD-PSGD averages by
 
     name = "local"
     communicates = False
-    compressible = False  # nothing travels
-    gossip_schemes = ("average",)
+    lacks = {ASYNCHRONOUS: "its peers never communicate", MIXES_BY_W: "its peers never communicate"}
 
     @classmethod
     def runs(cls, cfg: RunConfig) -> type[Algorithm]:

@@ -9,10 +9,11 @@ peer-stacked computation (`p2pfl.algorithms.batched`, --batch-peers) with the sa
 the records are generic (`p2pfl.runtime.checkpoint`).
 
 `local_loss` takes a `p2pfl.algorithms.local_batch.PeerBatch`: the step's batch of one peer or, when the method
-declares `batchable`, of several. Its default is built from pieces: an augmentation (`draw`, `apply`), a forward
-pass of the peer's model and of its reference models (`references`), a criterion on their outputs
-(`criterion`) and a penalty on the parameters (`penalty`, with `penalized`); those work for a group. A method
-whose loss does not split so overrides `local_loss` and takes `batch.alone()`.
+declares the capability BATCHABLE (its loss is the default's pieces, with no other per-step state), of several.
+Its default is built from pieces: an augmentation (`draw`, `apply`), a forward pass of the peer's model and of its
+reference models (`references`), a criterion on their outputs (`criterion`) and a penalty on the parameters
+(`penalty`, with `penalized`); those work for a group. A method whose loss does not split so overrides
+`local_loss` and takes `batch.alone()`.
 """
 from __future__ import annotations
 
@@ -27,10 +28,11 @@ from p2pfl import optim
 from p2pfl.algorithms.batched import BatchedPeers, batching_verdict
 from p2pfl.algorithms.local_batch import Criterion, LocalRun, PeerBatch, Penalty, StepLoss, trainable
 from p2pfl.algorithms.peer import Peer
+from p2pfl.context import RunContext
 from p2pfl.data import PeerData
+from p2pfl.method import BATCHABLE, Algorithm, LocalRound
 from p2pfl.models.params import state_copy
 from p2pfl.network import RoundNetwork
-from p2pfl.rounds import Algorithm, LocalRound, RunContext
 from p2pfl.seeding import torch_generator
 
 
@@ -41,9 +43,6 @@ class LocalTrainer(Algorithm):
     record: ClassVar[type[Peer]] = Peer
     #: False for the baselines that never talk to their neighbours.
     communicates: ClassVar[bool] = True
-    #: `local_loss` takes a batch of several peers (the default's pieces do, with no other per-step state), so
-    #: co-located peers may train peer-stacked (--batch-peers); else it is given one peer at a time.
-    batchable: ClassVar[bool] = False
     #: The method adds `penalty` to its loss (its peer records then hold `start`).
     penalized: ClassVar[bool] = False
 
@@ -119,7 +118,7 @@ class LocalTrainer(Algorithm):
 
     def after_backward(self, peer: Peer) -> None:
         """Hook between backward and the optimiser step of a peer trained alone (gradient corrections; a
-        `batchable` method has none)."""
+        BATCHABLE method has none)."""
 
     def after_local(self, peer: Peer, round: int, steps: int) -> None:
         """Hook after a peer's `steps` local steps in `round` whose update the non-finite guard accepted (e.g.
@@ -143,7 +142,7 @@ class LocalTrainer(Algorithm):
     def setup_batching(self) -> None:
         """Decide --batch-peers for this rank's peers and say so in the manifest (every rank's verdict)."""
         first = self.peers[self.ctx.local_peers[0]].model
-        batched, why = batching_verdict(self.cfg.batch_peers, self.name, self.batchable, self.cfg, first,
+        batched, why = batching_verdict(self.cfg.batch_peers, self.name, self.can(BATCHABLE), self.cfg, first,
                                         len(self.peers), self.ctx.device)
         datas = [self.peers[p].data for p in self.ctx.local_peers]
         self.batched = BatchedPeers(self.cfg, first, datas, self.ctx.device, self.lr_at) if batched else None

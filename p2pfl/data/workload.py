@@ -46,16 +46,16 @@ class Workload:
 
 def prepare_datasets(names: list[str], cfg: Any, world: Any) -> None:
     """Make the datasets available: one rank per node decodes, caches or downloads; the others wait."""
-    for name in sorted(set(names) - {"synthetic"}):
+    for name in sorted(set(names)):
         ensure_dataset(name, cfg.data_dir, allow_download=cfg.download, barrier=world.barrier,
-                       is_node_leader=world.local_rank == 0)
+                       is_node_leader=world.local_rank == 0, cfg=cfg)
 
 
 def load_workload(cfg: Any, n_peers: int, world: Any) -> Workload:
     """Load --dataset (a seeded --train-subset of it) and partition it over the peers (a pure function of
     the seed and K); `manifest` holds the partition and dataset entries of manifest.json."""
     prepare_datasets([cfg.dataset], cfg, world)
-    dataset = load_dataset(cfg.dataset, cfg.data_dir)
+    dataset = load_dataset(cfg.dataset, cfg.data_dir, cfg=cfg)
     if cfg.train_subset is not None and cfg.train_subset < dataset.x_train.shape[0]:
         keep = torch.as_tensor(random_subset(np.arange(dataset.x_train.shape[0]), cfg.train_subset, cfg.seed,
                                              f"train-subset/{dataset.name}"))

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from p2pfl.algorithms.local_batch import PeerBatch, StepLoss
 from p2pfl.algorithms.peer import Peer, derived
 from p2pfl.algorithms.trainer import LocalTrainer
+from p2pfl.context import RunContext
 from p2pfl.data import PeerData, normalize, supervised_augment
 from p2pfl.evaluation import features, multilabel_scores
 from p2pfl.fedmuscle.multitask import MultiTaskWorkload, PeerTask, load_multitask_workload
@@ -50,11 +51,11 @@ from p2pfl.fedmuscle.peerspec import PeersSpec, uniform_spec
 from p2pfl.fedmuscle.records import TASK_METRIC, TASK_METRIC_NAME, MuscleSummary
 from p2pfl.gossip import Events
 from p2pfl.losses.align import GRAM_LABEL_SMOOTHING, align_loss, align_temperatures, anchor_gradient_cosine
+from p2pfl.method import Phase
 from p2pfl.models import RepresentationNet, SupervisedNet, build_encoder, count_parameters, init_model
 from p2pfl.models.pretrained import load_into
 from p2pfl.network import RoundNetwork
 from p2pfl.options import Check, method_options, opt, owned
-from p2pfl.rounds import Phase, RunContext
 from p2pfl.runtime.progress import format_bytes
 from p2pfl.seeding import SHARED, numpy_rng, torch_generator
 
@@ -109,33 +110,28 @@ class MusclePeer(Peer):
 class FedMuscleOptions:
     """FedMuscle's alignment on the public set, and the heterogeneous peers (--peers-spec)."""
 
-    muscle_m: int = opt(3, "neighbours M sampled per contrastive step", section="fedmuscle")
-    contrastive_steps: int = opt(1, "contrastive steps T per round", section="fedmuscle")
+    muscle_m: int = opt(3, "neighbours M sampled per contrastive step", section="fedmuscle", bounds=">= 1")
+    contrastive_steps: int = opt(1, "contrastive steps T per round", section="fedmuscle", bounds=">= 0")
     public_size: int = opt(5000, "images held out as the public set", section="fedmuscle")
-    public_batch: int = opt(32, "public batch B", section="fedmuscle")
-    rep_dim: int = opt(256, "representation width d", section="fedmuscle")
+    public_batch: int = opt(32, "public batch B", section="fedmuscle", bounds=">= 2")
+    rep_dim: int = opt(256, "representation width d", section="fedmuscle", bounds=">= 1")
     loss: str = opt("muscle", "alignment loss", owned("p2pfl.losses.align", "ALIGN_LOSSES"), section="fedmuscle")
     align_tau: float | None = opt(None, "temperature of the alignment loss (default: each loss's reference value, "
                                   "muscle and pairwise 0.2, gram 0.07); one value for all losses matches them",
-                                  section="fedmuscle")
+                                  section="fedmuscle", bounds="> 0")
     muscle_tau_prev: float | None = opt(None, "Muscle's tau^(N-1) (default 0.75 x the temperature: 0.15 at 0.2); "
                                         "equal to the temperature gives gamma = 0, the pairwise loss",
                                         section="fedmuscle")
     peers_spec: str | None = opt(None, "YAML file giving each peer its model, task and dataset", section="fedmuscle")
-    lora_rank: int = opt(16, "LoRA rank for Hugging Face models (0: full fine-tuning)", section="fedmuscle")
+    lora_rank: int = opt(16, "LoRA rank for Hugging Face models (0: full fine-tuning)", section="fedmuscle",
+                         bounds=">= 0")
 
     def validate(self, check: Check) -> None:
-        check(self.muscle_m >= 1, "muscle_m", f"must be >= 1, got {self.muscle_m}")
-        check(self.contrastive_steps >= 0, "contrastive_steps", f"must be >= 0, got {self.contrastive_steps}")
-        check(self.public_batch >= 2, "public_batch", f"must be >= 2, got {self.public_batch}")
-        check(self.rep_dim >= 1, "rep_dim", f"must be >= 1, got {self.rep_dim}")
-        check(self.align_tau is None or self.align_tau > 0, "align_tau", f"must be > 0, got {self.align_tau}")
         if self.muscle_tau_prev is not None:
             tau = align_temperatures("muscle", self.align_tau, None)["tau"]
             check(0 < self.muscle_tau_prev <= tau, "muscle_tau_prev",
                   f"must lie in (0, {tau:g}] (the loss's temperature; gamma = 1/tau_prev - 1/tau >= 0), "
                   f"got {self.muscle_tau_prev}")
-        check(self.lora_rank >= 0, "lora_rank", f"must be >= 0, got {self.lora_rank}")
         if self.peers_spec is not None:
             check(os.path.isfile(self.peers_spec), "peers_spec", f"file not found: {self.peers_spec}")
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection
 
 import torch
 
-from p2pfl.byzantine import OMNISCIENT, Robust, attack_vector
+from p2pfl.byzantine import ATTACKS, Robust
 
 
 class Codec:
@@ -53,12 +53,12 @@ class Attacking(Wrapping):
         self.robust, self.seed, self.memory = robust, seed, memory
 
     def encode(self, peer: int, vector: torch.Tensor, round: int) -> torch.Tensor:
-        if peer in self.robust.byzantine and self.robust.attack not in OMNISCIENT:
+        if peer in self.robust.byzantine and not self.robust.omniscient:
             memory = self.memory(peer)
-            vector = attack_vector(self.robust.attack, vector, seed=self.seed, peer=peer, round=round,
-                                   scale=self.robust.scale, first=memory.get("first"))
-            if self.robust.attack == "stale":
-                memory.setdefault("first", vector.clone())
+            attack = ATTACKS.get(self.robust.attack)
+            vector = attack.send(vector, seed=self.seed, peer=peer, round=round, scale=self.robust.scale,
+                                 first=memory.get("first"))
+            attack.remember(memory, vector)
         return self.inner.encode(peer, vector, round)
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from p2pfl.byzantine import OMNISCIENT, Adversary, Robust, Scratch
+from p2pfl.byzantine import Adversary, Robust, Scratch
 from p2pfl.gossip.checked import CheckedExchange, Events, Tamper
 from p2pfl.gossip.codec import Attacking, Codec, Poisoned
 from p2pfl.gossip.rules import RobustRule, Rule, weighted_sum
@@ -52,7 +52,7 @@ class Gossip:
         """The receiver-side stage of an omniscient attack (p2pfl.byzantine.omniscient) on this round's mix: each
         honest receiver's Byzantine messages made from its own vector, its inbox and its row of W. None for the
         other attacks (made by the sender's codec) and without attackers."""
-        if self.robust.attack not in OMNISCIENT or not self.robust.byzantine:
+        if not self.robust.byzantine or not self.robust.omniscient:
             return None
         adversary = Adversary(self.robust.attack, self.robust.byzantine, self.robust.peers, self.robust.scale)
         return lambda p, got: adversary.forge(p, vectors[p], got, net.row(p, sizes))

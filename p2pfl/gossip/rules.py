@@ -1,10 +1,13 @@
 """Combine rules: how a receiver makes one vector of its own and what it kept from its neighbours. A rule is one
 class: `combine` (the vector and the neighbours it cut), `suspect` (whether a result calls for checking the
-messages behind it) and `events` (what else the round record says of a receiver's combination)."""
+messages behind it) and `events` (what else the round record says of a receiver's combination). Rules are
+registered in `RULES` by name (`@RULES.register(name)`, with an `Options` section if a rule has options of its
+own); a scheme or method builds the rule it combines with."""
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -13,6 +16,10 @@ from p2pfl.byzantine import Robust, Scratch, aggregate, lowered_trim
 from p2pfl.comm.inbox import SenderInbox
 from p2pfl.gossip.checked import Events, finite, nonfinite
 from p2pfl.network.schedule import RoundNetwork
+from p2pfl.registry import Registry
+
+#: The combine rules, by name (no option selects one: the run's scheme and robustness do).
+RULES: Registry[Any] = Registry("combine rule", package="p2pfl.gossip.rules")
 
 
 def weighted_sum(own: torch.Tensor, received: dict[int, torch.Tensor], row: list[tuple[int, float]]) -> torch.Tensor:
@@ -126,6 +133,7 @@ def _slot_product(lengths: np.ndarray, take: np.ndarray, weight: np.ndarray, vec
     return acc
 
 
+@RULES.register("mean")
 class Rule:
     """The interface; also the W-weighted mean x_i <- Σ_j W_ij x_j (with `sizes`, W_ij scaled by n_j and the row
     renormalised)."""
@@ -185,6 +193,7 @@ class Rule:
         return Events()
 
 
+@RULES.register("robust")
 class RobustRule(Rule):
     """--aggregator with --byzantine: honest peers combine with the run's robust aggregator (p2pfl.byzantine)
     and report where their neighbourhood lowered its trim; attackers keep their own vector and check what they

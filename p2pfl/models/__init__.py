@@ -1,16 +1,15 @@
-"""Model families and the encoder registry.
+"""Model families and the networks the methods build on them.
 
-``build_encoder(name, in_channels, image_size, **kw)`` returns an ``Encoder`` (forward (B,C,H,W) ->
-(B, feat_dim)). Names: "simple-cnn", "resnet18", "resnet-small", "vit-tiny", and "hf:<local path>"
-(a local Hugging Face vision model, optional LoRA). Options not taken by an encoder raise ``ModelConfigError``.
+``build_encoder(name, in_channels, image_size, cfg=None, **kw)`` returns an encoder (forward (B,C,H,W) ->
+(B, feat_dim)) of a family registered in `MODELS` (p2pfl.models.encoders: "simple-cnn", "resnet18",
+"resnet-small", "vit-tiny", a researcher's own) or "hf:<local path>" (a local Hugging Face vision model, optional
+LoRA). Options not taken by an encoder raise ``ModelConfigError``.
 """
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
-
 from .base import Encoder, ModelConfigError
 from .cnn import SimpleCNN
+from .encoders import HF_PREFIX, MODELS, Model, build_encoder, encoder_names
 from .heads import LinearClassifier, MoonHead, ProjectionHead
 from .hf import HFEncoder, default_lora_targets
 from .nets import MoonNet, RepresentationNet, SimCLRNet, SupervisedNet
@@ -25,53 +24,10 @@ from .params import (
 from .resnet import BasicBlock, CifarResNet, resnet18, resnet_small
 from .vit import ViTEncoder
 
-ENCODERS: dict[str, Callable[..., Encoder]] = {
-    "simple-cnn": SimpleCNN,
-    "resnet18": resnet18,
-    "resnet-small": resnet_small,
-    "vit-tiny": ViTEncoder,
-}
-HF_PREFIX = "hf:"
-
-
-def encoder_names() -> list[str]:
-    """The accepted encoder names (``hf:<local path>`` stands for any local Hugging Face directory)."""
-    return [*ENCODERS, HF_PREFIX + "<local path>"]
-
-
-def register_encoder(name: str, builder: Callable[..., Encoder]) -> None:
-    """Add an encoder family; ``builder(in_channels, image_size, **kw)`` must return an ``Encoder``."""
-    if name in ENCODERS or name.startswith(HF_PREFIX):
-        raise ModelConfigError(f"encoder name {name!r} is already taken")
-    ENCODERS[name] = builder
-
-
-def _call_checked(name: str, builder: Callable[..., Encoder], *args, **kw) -> Encoder:
-    params = inspect.signature(builder).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        allowed = [k for k in params if k not in ("in_channels", "image_size", "path")]
-        bad = sorted(set(kw) - set(allowed))
-        if bad:
-            raise ModelConfigError(
-                f"encoder {name!r} does not take option(s) {', '.join(bad)}; allowed: {', '.join(allowed) or 'none'}"
-            )
-    return builder(*args, **kw)
-
-
-def build_encoder(name: str, in_channels: int, image_size: int, **kw) -> Encoder:
-    """Build encoder ``name`` for (in_channels, image_size, image_size) inputs; ``kw`` are family options."""
-    if name.startswith(HF_PREFIX):
-        path = name[len(HF_PREFIX):]
-        return _call_checked(name, HFEncoder, path, in_channels, image_size, **kw)
-    if name not in ENCODERS:
-        raise ModelConfigError(f"unknown encoder {name!r}; known: {', '.join(encoder_names())}")
-    return _call_checked(name, ENCODERS[name], in_channels, image_size, **kw)
-
-
 __all__ = [
-    "BasicBlock", "CifarResNet", "ENCODERS", "Encoder", "HFEncoder", "LinearClassifier", "MixableState",
-    "ModelConfigError", "MoonHead", "MoonNet", "ProjectionHead", "RepresentationNet", "SimCLRNet", "SimpleCNN",
-    "SupervisedNet", "ViTEncoder", "bn_parameter_mask", "bn_tensor_names", "build_encoder", "count_parameters",
-    "default_lora_targets", "encoder_names", "init_model", "register_encoder", "resnet18", "resnet_small",
+    "BasicBlock", "CifarResNet", "Encoder", "HFEncoder", "HF_PREFIX", "LinearClassifier", "MODELS", "MixableState",
+    "Model", "ModelConfigError", "MoonHead", "MoonNet", "ProjectionHead", "RepresentationNet", "SimCLRNet",
+    "SimpleCNN", "SupervisedNet", "ViTEncoder", "bn_parameter_mask", "bn_tensor_names", "build_encoder",
+    "count_parameters", "default_lora_targets", "encoder_names", "init_model", "resnet18", "resnet_small",
     "trainable_parameter_names",
 ]

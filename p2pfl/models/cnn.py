@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import Encoder, MaxPool2x2, check_geometry
+from .encoders import MODELS, Model
 
 
 class SimpleCNN(Encoder):
@@ -40,3 +41,11 @@ class SimpleCNN(Encoder):
         x = torch.flatten(x, 1)
         x = F.relu(self.fc1(x))
         return F.relu(self.fc2(x))
+
+
+@MODELS.register("simple-cnn")
+class SimpleCNNModel(Model):
+    """MOON's small CNN (feat_dim 84): the default, and the fastest peer-stacked on a CPU."""
+
+    capabilities = frozenset({"cpu-stacked-faster"})  # benchmarks/bench_batched_peers.py: 2.3x at 20 and 100 peers
+    build = staticmethod(SimpleCNN)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from .base import Encoder, ModelConfigError, check_geometry
+from .encoders import MODELS, Model
 
 
 class BasicBlock(nn.Module):
@@ -116,3 +117,17 @@ def resnet_small(
 ) -> CifarResNet:
     """A narrow CIFAR ResNet for fast CPU runs: widths 16/32/64, one BasicBlock per stage, feat_dim 64."""
     return CifarResNet(in_channels, image_size, widths, blocks, name="resnet-small")
+
+
+@MODELS.register("resnet18")
+class ResNet18Model(Model):
+    """The Dec-SSL / MOON CIFAR ResNet-18 (feat_dim 512)."""
+
+    build = staticmethod(resnet18)
+
+
+@MODELS.register("resnet-small")
+class ResNetSmallModel(Model):
+    """A narrow CIFAR ResNet for fast CPU runs (feat_dim 64)."""
+
+    build = staticmethod(resnet_small)

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from .base import Encoder, ModelConfigError, check_geometry
+from .encoders import MODELS, Model
 
 POOLS = ("cls", "mean")
 
@@ -85,3 +86,10 @@ class ViTEncoder(Encoder):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         t = self.tokens(x)
         return t[:, 0] if self.pool == "cls" else t[:, 1:].mean(dim=1)
+
+
+@MODELS.register("vit-tiny")
+class ViTTinyModel(Model):
+    """A small Vision Transformer (feat_dim 192; not peer-stackable: attention and LayerNorm)."""
+
+    build = staticmethod(ViTEncoder)

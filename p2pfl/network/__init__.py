@@ -1,6 +1,6 @@
 """Networks that change and fail: the seeded per-round network (links, peers up and taking part, weights)."""
 from p2pfl.network.faults import choose_stragglers, crash_syntax_error, parse_crashes
-from p2pfl.network.schedule import NetworkSchedule, RoundNetwork, active_peers
+from p2pfl.network.schedule import NetworkOptions, NetworkSchedule, RoundNetwork, active_peers
 
-__all__ = ["NetworkSchedule", "RoundNetwork", "active_peers", "choose_stragglers", "crash_syntax_error",
-           "parse_crashes"]
+__all__ = ["NetworkOptions", "NetworkSchedule", "RoundNetwork", "active_peers", "choose_stragglers",
+           "crash_syntax_error", "parse_crashes"]

@@ -4,7 +4,8 @@ Everything here is a pure function of (seed, t) and the options, computed identi
 receive ever waits for a peer that is not coming and a result never depends on how peers sit on ranks.
 
 A round starts from the topology's links (static, the random graph drawn anew with --resample, or a dynamic
-topology), keeps the active peers (alive, drawn by --participation, not out by --churn) and drops each link
+topology with its --topology-params), keeps the active peers (alive, drawn by --participation, not out by
+--churn, and chosen by a dynamic topology that chooses who takes part) and drops each link
 that fails this round (--link-failure). The weights are recomputed on what survives: Metropolis and max-degree
 stay symmetric and doubly stochastic, so gossip keeps the network mean; uniform stays row-stochastic; a peer
 without an active link keeps its own vector (W_ii = 1). A directed round (the one-peer exponential graph)
@@ -17,9 +18,9 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -30,12 +31,9 @@ from p2pfl.network.faults import choose_stragglers, parse_crashes
 from p2pfl.records import NetworkManifest, NetworkRecord
 from p2pfl.seeding import SHARED, numpy_rng
 from topologies import sparse
-from topologies.dynamic import Dynamic
+from topologies.dynamic import Dynamic, Round
 from topologies.generators import sample_gnp
 from topologies.mixing import KINDS
-
-if TYPE_CHECKING:
-    from p2pfl.config import RunConfig
 
 HUB = 0  # the star's centre, the server of --mixing server
 #: Dynamic kinds are checked for peers left alone over at most this many rounds (static ones need round 1 only).
@@ -49,6 +47,31 @@ def active_peers(seed: int, round: int, n_peers: int, rho: float) -> set[int]:
     count = max(1, math.ceil(rho * n_peers))
     rng = numpy_rng(seed, SHARED, f"participation/{round}")
     return {int(p) for p in rng.choice(n_peers, size=count, replace=False)}
+
+
+@dataclass(frozen=True)
+class NetworkOptions:
+    """What a network schedule is built from (the run's topology, fault and seed options, by their names)."""
+
+    peers: int | None
+    seed: int
+    topology: str
+    topology_params: str | None  # KEY=VALUE,... for the topology's function (topologies.parse_params)
+    p: float
+    resample: bool
+    mixing: str
+    participation: float
+    churn: float
+    link_failure: float
+    crash: str | None
+    stragglers: float
+    straggler_work: float
+    rejoin: str
+
+    @classmethod
+    def of(cls, options: Any) -> NetworkOptions:
+        """These options read off an object that has them as attributes (a resolved RunConfig)."""
+        return cls(**{f.name: getattr(options, f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True, eq=False)
@@ -198,37 +221,58 @@ class NetworkSchedule:
             self._static_W = self._weights(self._static, frozenset(range(n_peers)))
         else:
             self.kind = dynamic.name if dynamic is not None else "resample"
-            self.support = dynamic.support(n_peers) if dynamic is not None else topologies.build("complete", n_peers)
+            self.support = dynamic.support_of(n_peers) if dynamic is not None else topologies.build("complete", n_peers)
         self._support_pairs: tuple[np.ndarray, np.ndarray] | None = None
         self._incoming: dict[int, tuple[int, ...]] | None = None  # the static everyone-up round's links
         self._static_rows: dict[int, list[tuple[int, float]]] = {}  # and its rows of W
         self._static_weights: np.ndarray | None = None  # and those rows as one array
+        self._rounds: dict[int, Round] = {}  # the dynamic topology's latest rounds (links and who takes part)
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, graph: nx.Graph) -> NetworkSchedule:
-        """The schedule of a resolved run whose static (or support) graph is `graph`. ValueError on bad input."""
-        n = int(cfg.peers or graph.number_of_nodes())
+    def from_options(cls, options: NetworkOptions, graph: nx.Graph) -> NetworkSchedule:
+        """The schedule of a run's network options whose static (or support) graph is `graph`. ValueError on bad
+        input."""
+        o = options
+        n = int(o.peers or graph.number_of_nodes())
         kinds: dict[str, Any] = {"graph": graph}
-        if topologies.base.canonical(cfg.topology) in topologies.DYNAMIC:
-            kinds = {"dynamic": topologies.DYNAMIC[topologies.base.canonical(cfg.topology)]}
-        elif cfg.resample:
-            kinds = {"resample_p": cfg.p}
-        return cls(n, cfg.seed, **kinds, mixing=cfg.mixing, participation=cfg.participation, churn=cfg.churn,
-                   link_failure=cfg.link_failure, crashes=parse_crashes(cfg.crash, n, cfg.seed),
-                   stragglers=choose_stragglers(cfg.seed, n, cfg.stragglers, cfg.straggler_work), rejoin=cfg.rejoin)
+        name = topologies.base.canonical(o.topology)
+        if name in topologies.DYNAMIC:
+            kinds = {"dynamic": topologies.DYNAMIC[name].bind(**topologies.parse_params(o.topology_params))}
+        elif o.resample:
+            kinds = {"resample_p": o.p}
+        return cls(n, o.seed, **kinds, mixing=o.mixing, participation=o.participation, churn=o.churn,
+                   link_failure=o.link_failure, crashes=parse_crashes(o.crash, n, o.seed),
+                   stragglers=choose_stragglers(o.seed, n, o.stragglers, o.straggler_work), rejoin=o.rejoin)
 
     # ------------------------------------------------------------------ the pieces of round t
     @property
     def lossy(self) -> bool:
-        """Some round may lose a link or a peer: link failures, churn, crashes or participation below 1."""
-        return bool(self.link_failure or self.churn or self.crashes or self.participation < 1)
+        """Some round may lose a link or a peer: link failures, churn, crashes, participation below 1, or a
+        dynamic topology that chooses who takes part."""
+        return bool(self.link_failure or self.churn or self.crashes or self.participation < 1
+                    or (self.dynamic is not None and self.dynamic.chooses_active))
+
+    def _round(self, t: int) -> Round:
+        """The dynamic topology's round t, kept for the few rounds a schedule asks about at once."""
+        assert self.dynamic is not None
+        if t not in self._rounds:
+            if len(self._rounds) >= 4:
+                del self._rounds[next(iter(self._rounds))]
+            self._rounds[t] = self.dynamic.round(self.n, self.seed, t)
+        return self._rounds[t]
+
+    def chosen(self, t: int) -> frozenset[int]:
+        """The peers the topology lets take part in round t (every peer unless a dynamic topology chooses)."""
+        if self.dynamic is None or not self.dynamic.chooses_active:
+            return self._everyone
+        return self._round(t).active
 
     def topology_links(self, t: int) -> sp.csr_matrix:
         """The links of round t before anyone is out and before link failures."""
         if self.kind == "static":
             return self._static
         if self.dynamic is not None:
-            return sparse.links_matrix(self.dynamic.links(self.n, self.seed, t), self.n)
+            return sparse.links_matrix(self._round(t).links, self.n)
         rng = numpy_rng(self.seed, SHARED, f"topology/{t}")
         return sparse.links_matrix(sample_gnp(rng, self.n, self.resample_p, what=f"--resample (round {t})"), self.n)
 
@@ -242,7 +286,8 @@ class NetworkSchedule:
         return frozenset(range(self.n))
 
     def active(self, t: int) -> frozenset[int]:
-        """Peers taking part in round t: alive, drawn by --participation, not out by --churn (round 0: all alive)."""
+        """Peers taking part in round t: alive, drawn by --participation, not out by --churn, chosen by the
+        topology (round 0: all alive)."""
         alive = self.alive(t)
         if t <= 0:
             return alive
@@ -250,6 +295,8 @@ class NetworkSchedule:
         if self.churn > 0.0:
             out = numpy_rng(self.seed, SHARED, f"churn/{t}").random(self.n) < self.churn
             drawn = {p for p in drawn if not out[p]}
+        if self.dynamic is not None and self.dynamic.chooses_active:
+            drawn &= self.chosen(t)
         if self.server and HUB in alive:
             drawn.add(HUB)
         return frozenset(drawn) & alive
@@ -333,13 +380,14 @@ class NetworkSchedule:
 
     # ------------------------------------------------------------------ checks and description
     def lonely(self, rounds: int) -> list[int]:
-        """Peers alive in some round that hear from no alive peer in any round (participation, churn and link
-        failures aside: those are draws, not structure). Static graphs need round 1 only: crashes only remove."""
+        """Peers alive (and chosen by the topology) in some round that hear from no such peer in any round
+        (participation, churn and link failures aside: those are draws, not structure). Static graphs need round 1
+        only: crashes only remove."""
         heard: set[int] = set()
         seen: set[int] = set()
         horizon = 1 if self.kind == "static" else min(rounds, CHECK_HORIZON)
         for t in range(1, min(rounds, horizon) + 1):
-            alive = self.alive(t)
+            alive = self.alive(t) & self.chosen(t)
             mask = np.zeros(self.n, dtype=bool)
             mask[sorted(alive)] = True
             rows, cols = sparse.pairs(self.topology_links(t))

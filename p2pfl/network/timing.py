@@ -11,23 +11,21 @@ peer its compute (its local steps times c_i, a straggler's share of them include
 it sends or one it receives; the round ends when the slowest peer is done. Infinite capacities (the default)
 make a transfer cost its latency alone.
 
-The model is a pure function of the options and the seed: c_i = c · exp(σ z_i) with z_i ~ N(0, 1) from the
+The arrays come from the run's network model (p2pfl.network.clock, --network-model; the default, "links", is
+what follows), a pure function of the options and the seed: c_i = c · exp(σ z_i) with z_i ~ N(0, 1) from the
 stream (seed, i, "compute-time") (a log-normal spread of median c), or a trace of per-peer seconds; peers listed
 as slow take `factor` times longer. Every rank builds the same model.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from p2pfl.seeding import numpy_rng
-
-if TYPE_CHECKING:
-    from p2pfl.config import RunConfig
 
 Link = tuple[int, int]  # (sender, receiver)
 
@@ -46,12 +44,14 @@ class RoundTime:
 @dataclass(frozen=True)
 class NetworkModel:
     """Per-peer compute seconds per local step, per-link latency seconds (K × K) and per-peer upload and download
-    capacities in bytes per second (np.inf: unlimited)."""
+    capacities in bytes per second (np.inf: unlimited); `about`: what the network model that made them records
+    (p2pfl.network.clock)."""
 
     compute: np.ndarray
     latency: np.ndarray
     upload: np.ndarray
     download: np.ndarray
+    about: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         k = len(self.compute)
@@ -76,7 +76,7 @@ class NetworkModel:
             return [None if np.isinf(v) else float(v) for v in values]
 
         off = self.latency[~np.eye(self.n_peers, dtype=bool)]
-        return {"compute_s_per_step": [float(c) for c in self.compute],
+        return {**self.about, "compute_s_per_step": [float(c) for c in self.compute],
                 "latency_s": {"min": float(off.min(initial=0.0)), "max": float(off.max(initial=0.0))},
                 "upload_bytes_per_s": capacity(self.upload), "download_bytes_per_s": capacity(self.download)}
 
@@ -159,13 +159,4 @@ def bandwidths(n_peers: int, bytes_per_s: float = 0.0) -> np.ndarray:
     return np.full(n_peers, float(bytes_per_s) if bytes_per_s > 0 else np.inf)
 
 
-def from_config(cfg: RunConfig, n_peers: int, slow: Collection[int] = ()) -> NetworkModel:
-    """The network model of a run's options (p2pfl.config.RunConfig's time section); `slow`: the --stragglers
-    peers, whose step time --straggler-slowdown multiplies."""
-    compute = compute_times(n_peers, cfg.seed, cfg.compute_time, cfg.compute_spread, cfg.compute_trace, slow,
-                            cfg.straggler_slowdown)
-    return NetworkModel(compute, latencies(n_peers, cfg.latency, cfg.latency_matrix),
-                        bandwidths(n_peers, cfg.upload_rate), bandwidths(n_peers, cfg.download_rate))
-
-
-__all__ = ["Link", "NetworkModel", "RoundTime", "bandwidths", "compute_times", "from_config", "latencies"]
+__all__ = ["Link", "NetworkModel", "RoundTime", "bandwidths", "compute_times", "latencies"]

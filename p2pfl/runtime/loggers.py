@@ -34,9 +34,10 @@ def scalars(record: Mapping[str, Any]) -> dict[str, float]:
 
 
 def hparam_values(config: Mapping[str, Any]) -> dict[str, bool | int | float | str]:
-    """The configuration as TensorBoard hyper-parameters accept it: None as 'none', anything not a bool,
-    number or string as its str."""
-    return {key: "none" if value is None else value if isinstance(value, (bool, int, float, str)) else str(value)
+    """The configuration as TensorBoard hyper-parameters accept it: None as 'none', a list (the plug-ins) as its
+    items joined by commas, anything else not a bool, number or string as its str."""
+    return {key: "none" if value is None else value if isinstance(value, (bool, int, float, str))
+            else ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
             for key, value in config.items()}
 
 

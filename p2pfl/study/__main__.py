@@ -37,7 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _folder(study: str, out: str) -> tuple[StudyFolder, object]:
     path = Path(study)
     source = path / "study.yaml" if path.is_dir() else path
-    plan, text = load_study(source)
+    root = None  # a study folder's copy of the file: its plug-ins' paths are relative to the original's folder
+    if path.is_dir() and (path / "plan.json").is_file():
+        root = StudyFolder(path).plan().get("root")
+    plan, text = load_study(source, root=root)
     folder = StudyFolder(path if path.is_dir() else Path(out) / plan.name)
     return folder, (plan, text)
 

@@ -10,12 +10,15 @@
       seed: [0, 1, 2]
     points:                            # and/or listed points (each a mapping of options, or of axis values)
       - {topology: complete, seed: 0}
+    plugins: [my_scheme.py]            # in base (or a point): paths relative to the study file's folder
     slurm: {partition: gpu, time: "02:00:00", throttle: 8}   # sbatch options of --slurm
 
 Each point is named from its axis labels in axis order (`topology-cycle__data-iid__seed-1`), so a name is stable
 as long as the study file says the same; its options are the base updated by its axis values. Two points that
 would get one name with different options (two bundles with one label) and an empty listed point are refused;
-`check_points` validates every point as p2pfl.run would, before any runs.
+`check_points` validates every point as p2pfl.run would, before any runs. The base's plug-ins are imported while
+the file is read (their options may be set anywhere in it); every point's `plugins` are absolute paths, so each
+point's run (a fresh interpreter, locally or under Slurm) imports them from its --config.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from p2pfl import plugins
 from p2pfl.config import ConfigError, make_config, options, resolve
 from p2pfl.names import folder_name_error
 from p2pfl.shown import shown
@@ -65,9 +69,10 @@ class Plan:
     points: list[Point]
     base: dict[str, Any] = field(default_factory=dict)
     slurm: dict[str, Any] = field(default_factory=dict)
+    root: str | None = None  # the folder the study file's relative plug-in paths are resolved against
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "axes": self.axes, "base": self.base, "slurm": self.slurm,
+        return {"name": self.name, "axes": self.axes, "base": self.base, "slurm": self.slurm, "root": self.root,
                 "points": [{"name": p.name, "axes": p.axes, "options": p.options} for p in self.points]}
 
     def point(self, name: str) -> Point:
@@ -105,6 +110,13 @@ def _axis_value(axis: str, value: Any) -> tuple[str, dict[str, Any]]:
     return _label(value), {_key(axis): value}
 
 
+def _with_plugins(opts: dict[str, Any], root: str | None) -> dict[str, Any]:
+    """`opts` with its `plugins` (or `plugin`) as one list of resolved specs (paths made absolute against
+    `root`, the study file's folder)."""
+    listed = [spec for key in ("plugins", "plugin") if key in opts for spec in plugins.specs(opts.pop(key), root)]
+    return {**opts, "plugins": list(dict.fromkeys(listed))} if listed else opts
+
+
 def _mapping(data: dict[str, Any], key: str) -> dict[str, Any]:
     value = data.get(key) or {}
     if not isinstance(value, dict):
@@ -112,15 +124,21 @@ def _mapping(data: dict[str, Any], key: str) -> dict[str, Any]:
     return value
 
 
-def expand(data: Any, default_name: str = "study") -> Plan:
+def expand(data: Any, default_name: str = "study", root: str | None = None) -> Plan:
     """The plan of a parsed study file: every point of the grid, then every listed point; StudyError names the
-    key at fault. Point options are validated by `check_points`."""
+    key at fault. Point options are validated by `check_points`; relative plug-in paths are resolved against
+    `root` (default: the working directory)."""
     if not isinstance(data, dict):
         raise StudyError("the study file must hold a mapping (name, base, axes, points, slurm)")
     unknown = sorted(set(data) - {"name", "base", "axes", "points", "seeds", "slurm"})
     if unknown:
         raise StudyError(f"unknown key '{unknown[0]}' (allowed: name, base, axes, points, seeds, slurm)")
-    base = {_key(k): v for k, v in _mapping(data, "base").items()}
+    try:
+        base = _with_plugins({_key(k): v for k, v in _mapping(data, "base").items()}, root)
+        plugins.load(base.get("plugins", ()))
+    except plugins.PluginError as exc:
+        raise StudyError(f"base: {exc}") from None
+    _options.cache_clear()  # the plug-ins may have added options
     bad = sorted(set(base) - _options())
     if bad:
         raise StudyError(f"base: unknown option '{bad[0]}' (see python -m p2pfl.run --help)")
@@ -174,6 +192,10 @@ def expand(data: Any, default_name: str = "study") -> Plan:
         opts = dict(base)
         for _, _, o in row:
             opts.update(o)
+        try:
+            opts = _with_plugins(opts, root)
+        except plugins.PluginError as exc:
+            raise StudyError(f"point {shown(labels)}: {exc}") from None
         name = "__".join(_safe(f"{a}-{labels[a]}") for a in order if a in labels)
         if folder_name_error(name) is not None:
             raise StudyError(f"point {shown(labels)}: its name {shown(name)} {folder_name_error(name)}")
@@ -191,12 +213,14 @@ def expand(data: Any, default_name: str = "study") -> Plan:
     name = _safe(str(data.get("name", default_name)))
     if folder_name_error(name) is not None:  # the study folder goes under --out: '..' would be its parent
         raise StudyError(f"name: {folder_name_error(name)}")
-    return Plan(name=name, axes=order, points=points, base=base, slurm=slurm)
+    return Plan(name=name, axes=order, points=points, base=base, slurm=slurm, root=root)
 
 
-def load_study(path: str | Path) -> tuple[Plan, str]:
-    """Read and expand a study file; returns the plan and the file's text (kept in the study folder)."""
+def load_study(path: str | Path, root: str | None = None) -> tuple[Plan, str]:
+    """Read and expand a study file; returns the plan and the file's text (kept in the study folder). Relative
+    plug-in paths are resolved against `root`, default the file's folder."""
     path = Path(path)
+    root = root or str(path.resolve().parent)
     try:
         text = path.read_text()
         data = safe_load(text)
@@ -205,7 +229,7 @@ def load_study(path: str | Path) -> tuple[Plan, str]:
     except yaml.YAMLError as exc:
         raise StudyError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     try:
-        return expand(data, default_name=path.stem), text
+        return expand(data, default_name=path.stem, root=root), text
     except ConfigError as exc:
         raise StudyError(str(exc)) from None
 

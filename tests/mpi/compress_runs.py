@@ -10,7 +10,7 @@ import sys
 
 from network_runs import main  # this folder: run as a script
 
-from p2pfl.gossip.compress import NAMES
+from p2pfl.gossip.compress import CODECS
 
 COMMON = ["--peers", "8", "--topology", "cycle", "--rounds", "5", "--seed", "5", "--compress-ratio", "0.1",
           "--qsgd-levels", "4"]
@@ -24,7 +24,7 @@ PROBLEMS: dict[str, list[str]] = {
               "--churn", "0.2"],  # lagging links: replays and resets travel between ranks
 }
 RUNS: dict[str, list[str]] = {f"{problem}-{codec}": [*COMMON, *args, "--compress", codec]
-                              for problem, args in PROBLEMS.items() for codec in NAMES}
+                              for problem, args in PROBLEMS.items() for codec in CODECS.names()}
 
 
 if __name__ == "__main__":

@@ -1,22 +1,19 @@
-"""Compressed gossip's codecs (SPEC §8), one file each: top-k, random-k, qsgd and scaled sign, chosen by
---compress (none: the identity codec, the dense vector travels). Each encodes a vector into one uint8 message
-(p2pfl.gossip.compress.message), whose size is what the transport counts, and decodes it back to a dense vector."""
+"""Compressed gossip's codecs (SPEC §8), one file each registering itself in `CODECS`, chosen by --compress:
+none (the identity codec, the dense vector travels), top-k, random-k, qsgd and scaled sign. Each encodes a vector
+into one uint8 message (p2pfl.gossip.compress.message), whose size is what the transport counts, and decodes it
+back to a dense vector; each is built from the configuration (`from_config`) and says what the manifest records of
+it (`record`)."""
 from __future__ import annotations
 
+from typing import Any
+
 from p2pfl.gossip.codec import Codec
+from p2pfl.registry import Registry
 
-#: The --compress values.
-NAMES = ("none", "top-k", "random-k", "qsgd", "sign")
+#: The codecs, by their --compress name (p2pfl.gossip.compress.base.Compressor, or none.Dense).
+CODECS: Registry[Any] = Registry("codec", option="compress", package="p2pfl.gossip.compress")
 
 
-def make(name: str, ratio: float, levels: int, seed: int) -> Codec:
-    """The codec --compress `name` runs (ratio: --compress-ratio ρ, levels: --qsgd-levels s)."""
-    from p2pfl.gossip.compress.qsgd import QSGD
-    from p2pfl.gossip.compress.randomk import RandomK
-    from p2pfl.gossip.compress.sign import Sign
-    from p2pfl.gossip.compress.topk import TopK
-    made = {"none": Codec, "top-k": lambda: TopK(ratio), "random-k": lambda: RandomK(ratio, seed),
-            "qsgd": lambda: QSGD(levels, seed), "sign": Sign}
-    if name not in made:
-        raise ValueError(f"--compress: unknown value '{name}'; allowed: {', '.join(NAMES)}")
-    return made[name]()
+def make(cfg: Any) -> Codec:
+    """The codec a configuration's --compress names, built from its options."""
+    return CODECS.get(cfg.compress).from_config(cfg)

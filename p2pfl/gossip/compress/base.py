@@ -1,17 +1,25 @@
 """The compressors' common part: a codec whose payload is a message (p2pfl.gossip.compress.message) of some values
 and packed bits, made by `compress` on the sender's side and expanded back to the dense vector by `expand` on the
 receiver's. The sender's own copy of what it sent (CHOCO's public copy x̂) is `decode(peer, encode(...))`, the same
-computation every receiver makes."""
+computation every receiver makes.
+
+A compressor is a registered component (`@CODECS.register(name)`): built from the configuration (`from_config`),
+recording its parameters in manifest["compression"] (`record`), and refusing the runs it cannot compress (`check`:
+a method or scheme that does not mix by the plain W-weighted gossip)."""
 from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Any
 
 import torch
 
+from p2pfl.capabilities import MIXES_BY_W
 from p2pfl.gossip.codec import Codec
 from p2pfl.gossip.compress import message
 from p2pfl.gossip.compress.message import Message
+from p2pfl.options import Check, catalogue
+from p2pfl.registry import Component
 from p2pfl.seeding import numpy_rng, torch_generator
 
 
@@ -37,8 +45,44 @@ def coordinates(seed: int, peer: int, round: int, d: int, k: int) -> torch.Tenso
     return torch.from_numpy(drawn).sort().values
 
 
-class Compressor(Codec):
+def scheme_capabilities() -> dict[str, frozenset[str]]:
+    """Every --gossip scheme's capabilities: "compressible" (--compress encodes its mix), "error-feedback" (it
+    corrects what compression drops itself: CHOCO's public copies, γ = --consensus-step)."""
+    from p2pfl.gossip.schemes import SCHEMES
+    return {n: SCHEMES.get(n).capabilities for n in SCHEMES.names()}
+
+
+def compressing_schemes() -> dict[str, str]:
+    """The --gossip schemes whose mix --compress encodes, each as the message names it (one without its own error
+    feedback compresses its plain gossip step)."""
+    return {n: n if "error-feedback" in caps else f"{n} (no error feedback)"
+            for n, caps in scheme_capabilities().items() if "compressible" in caps}
+
+
+class Compressor(Codec, Component):
     """A codec whose message is a few values and packed bits (see the module docstring)."""
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Compressor:
+        """The codec a run's configuration asks for (its own options and the run's seed)."""
+        raise NotImplementedError
+
+    @classmethod
+    def check(cls, cfg: Any, check: Check) -> None:
+        """A compressor encodes the plain W-weighted gossip of a method and scheme that mix by it."""
+        check(catalogue().get(cfg.algorithm, cfg).can(MIXES_BY_W), "compress",
+              f"{cfg.algorithm} does not mix by the W-weighted gossip --compress encodes")
+        schemes = compressing_schemes()
+        check(cfg.gossip in schemes, "compress",
+              f"compresses --gossip {' and '.join(schemes.values())}, got '{cfg.gossip}'")
+        from p2pfl.byzantine import AGGREGATORS
+        plain = "linear" in AGGREGATORS.get(cfg.aggregator).capabilities
+        check(cfg.byzantine is None and plain and cfg.mixing != "server", "compress",
+              "compresses the plain W-weighted mean: not with --byzantine, a robust --aggregator or --mixing server")
+
+    def record(self, d: int) -> dict[str, Any]:
+        """Its parameters as manifest["compression"] records them for a d-vector (p2pfl.gossip.compress.records)."""
+        return {}
 
     def encode(self, peer: int, vector: torch.Tensor, round: int) -> torch.Tensor:
         flat = vector.reshape(-1)
@@ -67,3 +111,20 @@ class Compressor(Codec):
     def expand(self, sender: int, msg: Message, round: int) -> torch.Tensor:
         """The dense vector `sender`'s message stands for."""
         raise NotImplementedError
+
+
+class Sparse(Compressor):
+    """A codec that sends k = ⌈ρ·d⌉ coordinates, ρ = --compress-ratio (top-k's option, read by random-k too)."""
+
+    def __init__(self, ratio: float) -> None:
+        self.ratio = ratio
+
+    def k(self, d: int) -> int:
+        """The coordinates a message of a d-vector keeps."""
+        return kept(self.ratio, d)
+
+    def values(self, d: int) -> int:
+        return self.k(d)
+
+    def record(self, d: int) -> dict[str, Any]:
+        return {"ratio": self.ratio, "kept": self.k(d)}

@@ -1,4 +1,4 @@
-"""What a lagging CHOCO link carries (p2pfl.gossip.choco): the messages its receiver missed, replayed, or the
+"""What a lagging CHOCO link carries (p2pfl.gossip.schemes.choco): the messages its receiver missed, replayed, or the
 sender's whole public copy when replaying would cost more. One uint8 tensor:
 
     replay: int64 [n, round_1, bytes_1, ..., round_n, bytes_n], then the n messages (oldest first)

@@ -7,12 +7,14 @@ vector's device. A message is one scale ‖v‖₂/(s·τ) in the vector's dtype
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
-from p2pfl.gossip.compress import bits
+from p2pfl.gossip.compress import CODECS, bits
 from p2pfl.gossip.compress.base import Compressor, generator
 from p2pfl.gossip.compress.message import Message
+from p2pfl.options import opt
 
 
 def tau(d: int, levels: int) -> float:
@@ -20,12 +22,28 @@ def tau(d: int, levels: int) -> float:
     return 1.0 + min(d / levels ** 2, math.sqrt(d) / levels)
 
 
+@CODECS.register("qsgd")
 class QSGD(Compressor):
     """Stochastic rounding to s levels with sign, rescaled by 1/τ."""
+
+    paper = "Alistarh et al. 2017; Koloskova et al. 2019"
+
+    class Options:
+        """s."""
+
+        qsgd_levels: int = opt(4, "levels s of qsgd's stochastic rounding, >= 1 (⌈log2(s + 1)⌉ + 1 bits a "
+                                  "coordinate)", section="compression", bounds=">= 1")
 
     def __init__(self, levels: int, seed: int) -> None:
         self.levels, self.seed = levels, seed
         self.width = bits.width_of(levels) + 1  # the level, then the sign as the lowest bit
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> QSGD:
+        return cls(cfg.qsgd_levels, cfg.seed)
+
+    def record(self, d: int) -> dict[str, Any]:
+        return {"qsgd_levels": self.levels}
 
     def values(self, d: int) -> int:
         return 1

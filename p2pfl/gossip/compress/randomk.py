@@ -5,20 +5,26 @@ non-finite coordinate sends NaN values, so the receiver's check rejects it as it
 the bad coordinate is not drawn."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from p2pfl.gossip.compress.base import Compressor, coordinates, kept
+from p2pfl.gossip.compress import CODECS
+from p2pfl.gossip.compress.base import Sparse, coordinates
 from p2pfl.gossip.compress.message import Message
 
 
-class RandomK(Compressor):
-    """k coordinates from the stream, values only."""
+@CODECS.register("random-k")
+class RandomK(Sparse):
+    """k coordinates from the stream, values only (ρ: top-k's --compress-ratio)."""
 
     def __init__(self, ratio: float, seed: int) -> None:
-        self.ratio, self.seed = ratio, seed
+        super().__init__(ratio)
+        self.seed = seed
 
-    def values(self, d: int) -> int:
-        return kept(self.ratio, d)
+    @classmethod
+    def from_config(cls, cfg: Any) -> RandomK:
+        return cls(cfg.compress_ratio, cfg.seed)
 
     def bits(self, d: int) -> int:
         return 0

@@ -7,7 +7,7 @@ from typing import TypedDict
 
 import torch
 
-from p2pfl.gossip.compress.base import Compressor, kept
+from p2pfl.gossip.compress.base import Compressor
 from p2pfl.records import Manifest
 
 
@@ -33,14 +33,13 @@ class CompressedManifest(Manifest, total=False):
     compression: Compression
 
 
-def describe(name: str, codec: Compressor, ratio: float, levels: int, consensus_step: float | None, d: int,
-             dtype: torch.dtype) -> Compression:
-    """The manifest entry of `codec` (--compress `name`, ratio ρ, levels s) on a d-vector of `dtype`;
-    `consensus_step` is γ under --gossip choco, else None."""
-    sparse = name in ("top-k", "random-k")
+def describe(codec: Compressor, consensus_step: float | None, d: int, dtype: torch.dtype) -> Compression:
+    """The manifest entry of `codec` on a d-vector of `dtype`, its parameters from its `record` (a plug-in's own
+    keys follow the built-ins'); `consensus_step` is γ under --gossip choco, else None."""
     message = codec.size(d, dtype)
     dense = d * torch.empty((), dtype=dtype).element_size()
-    return Compression(codec=name, ratio=ratio if sparse else None, kept=kept(ratio, d) if sparse else None,
-                       qsgd_levels=levels if name == "qsgd" else None, consensus_step=consensus_step, d=d,
-                       dtype=str(dtype).removeprefix("torch."), message_bytes=message, dense_bytes=dense,
-                       bytes_ratio=message / dense)
+    entry = Compression(codec=codec.name, ratio=None, kept=None, qsgd_levels=None, consensus_step=consensus_step,
+                        d=d, dtype=str(dtype).removeprefix("torch."), message_bytes=message, dense_bytes=dense,
+                        bytes_ratio=message / dense)
+    entry.update(codec.record(d))  # type: ignore[typeddict-item]
+    return entry

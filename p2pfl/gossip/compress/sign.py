@@ -3,15 +3,22 @@
 (its error is the same |0 − scale|² either way, and ‖v − Q(v)‖² = ‖v‖² − ‖v‖₁²/d holds with or without zeros)."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from p2pfl.gossip.compress import bits
+from p2pfl.gossip.compress import CODECS, bits
 from p2pfl.gossip.compress.base import Compressor
 from p2pfl.gossip.compress.message import Message
 
 
+@CODECS.register("sign")
 class Sign(Compressor):
     """‖v‖₁/d times the signs (zero counts as +)."""
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Sign:
+        return cls()
 
     def values(self, d: int) -> int:
         return 1

@@ -6,21 +6,29 @@ device for the same vector); a NaN counts as the largest magnitude, so a non-fin
 message."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from p2pfl.gossip.compress import bits
-from p2pfl.gossip.compress.base import Compressor, kept
+from p2pfl.gossip.compress import CODECS, bits
+from p2pfl.gossip.compress.base import Sparse
 from p2pfl.gossip.compress.message import Message
+from p2pfl.options import opt
 
 
-class TopK(Compressor):
+@CODECS.register("top-k")
+class TopK(Sparse):
     """The k largest |v_l| and their indices."""
 
-    def __init__(self, ratio: float) -> None:
-        self.ratio = ratio
+    class Options:
+        """ρ, shared with random-k (which reads cfg.compress_ratio)."""
 
-    def values(self, d: int) -> int:
-        return kept(self.ratio, d)
+        compress_ratio: float = opt(0.1, "share ρ of coordinates top-k and random-k send: k = ⌈ρ·d⌉, ρ in (0, 1]",
+                                    section="compression", bounds="(0, 1]")
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> TopK:
+        return cls(cfg.compress_ratio)
 
     def bits(self, d: int) -> int:
         return bits.packed_size(self.values(d), bits.width_of(d - 1))

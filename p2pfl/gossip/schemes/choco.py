@@ -27,6 +27,7 @@ Memory per peer: x̂_i, one copy per neighbour it has ever had, and the log (at 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import networkx as nx
 import torch
@@ -36,17 +37,13 @@ from p2pfl.gossip.codec import Codec, Poisoned, Wrapping
 from p2pfl.gossip.compress import bundle
 from p2pfl.gossip.mix import Gossip, Mixed
 from p2pfl.gossip.rules import weighted_sum
+from p2pfl.gossip.schemes import SCHEMES
+from p2pfl.gossip.schemes.base import COMPRESSIBLE, ERROR_FEEDBACK, MIXES_BY_W, UPDATED_ONLY, Scheme, State
 from p2pfl.network.schedule import RoundNetwork
+from p2pfl.options import opt
 
-State = dict[str, torch.Tensor]
-
-
-def check_choco(kind: str, directed: bool) -> None:
-    """Refuse before training a choco run on one-way links: a peer's copy of itself as a neighbour holds it is
-    tracked per link, both ways."""
-    if directed:
-        raise ValueError("--gossip choco: keeps its public copies on undirected links, but this network is one-way; "
-                         "use an undirected topology")
+if TYPE_CHECKING:
+    from p2pfl.network import NetworkSchedule
 
 
 class _Encoded(Wrapping):
@@ -86,9 +83,9 @@ def _bundle(s: State, since: int, now: torch.Tensor, round: int, copy: torch.Ten
     return bundle.reset(copy)
 
 
-def choco(gossip: Gossip, x: dict[int, torch.Tensor], g: dict[int, torch.Tensor], lr: float, gamma: float,
-          state: dict[int, State], net: RoundNetwork, round: int, sizes: Sequence[float] | None = None,
-          support: nx.Graph | None = None) -> Mixed:
+def choco_round(gossip: Gossip, x: dict[int, torch.Tensor], g: dict[int, torch.Tensor], lr: float, gamma: float,
+                state: dict[int, State], net: RoundNetwork, round: int, sizes: Sequence[float] | None = None,
+                support: nx.Graph | None = None) -> Mixed:
     """One CHOCO round for the local active peers (`x`, `g`: their models and gradients; g = 0 for CHOCO-gossip);
     `state[p]` is updated in place (module docstring). `support`: every link a round may use (a sender keeps the
     messages its alive neighbours there still miss; None: every pair)."""
@@ -178,3 +175,38 @@ def _update(half: torch.Tensor, hat: torch.Tensor, copies: dict[int, torch.Tenso
             net: RoundNetwork, peer: int, sizes: Sequence[float] | None) -> torch.Tensor:
     """x⁺ = (x½ − x̂) + γ Σ_j W_ij x̂_j + (1 − γ) x̂ over the row of the network the round ended on."""
     return (half - hat) + gamma * weighted_sum(hat, copies, net.row(peer, sizes)) + (1 - gamma) * hat
+
+
+@SCHEMES.register("choco")
+class Choco(Scheme):
+    """CHOCO-SGD with γ = --consensus-step over --compress's codec (dense: plain gossip); with G = 0 (consensus)
+    CHOCO-gossip."""
+
+    needs: ClassVar[frozenset[str]] = frozenset({MIXES_BY_W})
+    capabilities: ClassVar[frozenset[str]] = frozenset({COMPRESSIBLE, ERROR_FEEDBACK, UPDATED_ONLY})
+    paper: ClassVar[str | None] = "Koloskova et al. 2019, CHOCO-SGD"
+
+    class Options:
+        consensus_step: float = opt(1.0, "CHOCO's consensus step γ in (0, 1] (--gossip choco)", section="compression",
+                                    bounds="(0, 1]")
+
+    def __init__(self, gamma: float = 1.0, support: nx.Graph | None = None) -> None:
+        self.gamma, self.support = gamma, support
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Choco:
+        return cls(cfg.consensus_step)
+
+    @classmethod
+    def check_network(cls, schedule: NetworkSchedule, graph: nx.Graph, rounds: int) -> None:
+        """Refuse one-way links: a peer's copy of itself as a neighbour holds it is tracked per link, both ways."""
+        if schedule.directed:
+            raise ValueError("--gossip choco: keeps its public copies on undirected links, but this network is "
+                             "one-way; use an undirected topology")
+
+    def prepare(self, ctx: Any) -> None:
+        self.support = ctx.graph  # every link a round may use: a sender keeps what its neighbours there miss
+
+    def round(self, gossip: Gossip, x: dict[int, torch.Tensor], g: dict[int, torch.Tensor], lr: float,
+              state: dict[int, State], net: RoundNetwork, round: int, sizes: Sequence[float] | None = None) -> Mixed:
+        return choco_round(gossip, x, g, lr, self.gamma, state, net, round, sizes, self.support)

@@ -1,0 +1,15 @@
+"""The capabilities a method declares (`p2pfl.method.Algorithm.capabilities`) and the run asks about instead of the
+method's name; a leaf module, so that the configuration's checks read them without importing a method."""
+
+#: --mode async runs the method (AD-PSGD): `async_vector` / `load_async_vector` read and write the vector a pair
+#: averages, and its peers' records hold a `scheme` dict, where the pending update waits.
+ASYNCHRONOUS = "asynchronous"
+#: Its `local_loss` takes a batch of several peers, so a rank's co-located peers may train peer-stacked
+#: (--batch-peers; p2pfl.algorithms.trainer).
+BATCHABLE = "batchable"
+#: Its mix is the W-weighted gossip of one vector per peer, its model: a --gossip scheme may mix it instead of the
+#: plain average (p2pfl.gossip.schemes.Scheme.needs), and --compress encode its messages.
+MIXES_BY_W = "mixes-by-w"
+#: It hands a --gossip scheme its local update as a gradient G (the learners, the quadratic problem; not consensus,
+#: which has no gradient).
+GIVES_GRADIENTS = "gives-gradients"

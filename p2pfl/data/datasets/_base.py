@@ -1,0 +1,99 @@
+"""What a dataset is: the `DATASETS` registry (--dataset), the `Dataset` component base, the `Arrays` a
+dataset's `load` gives, and the `ImageDataset` a run holds (uint8 images N×C×H×W, int64 labels, normalisation).
+
+A dataset is a class registered with ``@DATASETS.register("name")`` whose `load()` returns `Arrays`: train and
+test images (N×C×H×W or N×H×W×C or N×H×W; uint8, or float in [0, 1]), integer labels, and optionally the number
+of classes, their names and the per-channel mean/std (computed from the training images when not given). Its
+`Options` (flags, YAML keys) reach it as ``self.options``; `prepare()` is what one rank per node does before
+every rank loads (find, decode, cache, download), nothing by default.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from p2pfl.registry import Component, Registry
+
+DATASETS: Registry[type[Dataset]] = Registry("dataset", option="dataset", package="p2pfl.data.datasets")
+
+
+@dataclass
+class ImageDataset:
+    """A labelled image dataset in memory: uint8 images N×C×H×W and int64 labels (float multi-hot when
+    ``multilabel``), plus the per-channel mean/std used to normalise it."""
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    classes: tuple[str, ...]
+    mean: tuple[float, ...] = ()
+    std: tuple[float, ...] = ()
+    multilabel: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def channels(self) -> int:
+        """Number of image channels (1 or 3)."""
+        return int(self.x_train.shape[1])
+
+    @property
+    def image_size(self) -> int:
+        """Image height (the images are square for every dataset here)."""
+        return int(self.x_train.shape[2])
+
+    def __repr__(self) -> str:
+        return (f"ImageDataset({self.name!r}, train={tuple(self.x_train.shape)}, test={tuple(self.x_test.shape)}, "
+                f"classes={self.num_classes}, multilabel={self.multilabel})")
+
+
+@dataclass
+class Arrays:
+    """What a dataset's `load` gives (numpy arrays or torch tensors). Images: N×C×H×W, N×H×W×C (the channel axis
+    is the one of 1, 3 or 4 entries; axis 1 when both are) or N×H×W (one channel), square, uint8 or float in
+    [0, 1] (stored rounded to uint8, as every dataset's); labels: integers in [0, num_classes)."""
+
+    x_train: Any
+    y_train: Any
+    x_test: Any
+    y_test: Any
+    #: None: the largest label plus one.
+    num_classes: int | None = None
+    #: The classes' names; None: "0", "1", ...
+    classes: Sequence[str] | None = None
+    #: Per channel, of images scaled to [0, 1]; None: the training images' own (float64, unbiased std).
+    mean: Sequence[float] | None = None
+    std: Sequence[float] | None = None
+    #: Entries of the manifest's "dataset" record (where it was read from, its parameters).
+    extra: dict = field(default_factory=dict)
+
+
+class Dataset(Component):
+    """A dataset component: `load` gives its `Arrays`; `prepare` readies them on a node first."""
+
+    #: Its options, read from the run's configuration (their defaults outside a run); None without `Options`.
+    options: Any
+
+    def __init__(self, options: Any = None, root: Any = None, allow_download: bool = False) -> None:
+        self.options = options
+        self.root = root  # the data root (p2pfl.data.datasets.data_root), for datasets read from files
+        self.allow_download = allow_download
+
+    def prepare(self) -> None:
+        """Make the data loadable on this node; run by one rank per node while the others wait (default: nothing
+        to do, and no waiting)."""
+
+    def load(self) -> Arrays:
+        """The train and test arrays (keyword arguments of `load_dataset` arrive here, for datasets that take
+        them)."""
+        raise NotImplementedError
+
+    @classmethod
+    def prepares(cls) -> bool:
+        """Whether it has anything to prepare (a dataset that has not waits for nobody)."""
+        return cls.prepare is not Dataset.prepare

@@ -1,0 +1,137 @@
+"""What a decentralised optimiser is (`Scheme`): the round it does with the network, its rules on the rest of the
+configuration and on the network, its run-level state and records, and the capabilities other parts ask about
+instead of its name."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from p2pfl.byzantine import AGGREGATORS
+from p2pfl.capabilities import GIVES_GRADIENTS, MIXES_BY_W
+from p2pfl.gossip.mix import Gossip, Mixed
+from p2pfl.network.schedule import RoundNetwork
+from p2pfl.options import Check, catalogue
+from p2pfl.registry import Component, Registry
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+    from p2pfl.network import NetworkSchedule
+
+State = dict[str, torch.Tensor]
+
+#: The schemes, by their --gossip name (Scheme subclasses, one file each in this package, whose modules the registry
+#: imports when first asked; a plug-in registers its own).
+SCHEMES: Registry[Any] = Registry("gossip scheme", option="gossip", package="p2pfl.gossip.schemes")
+
+
+#: The scheme capabilities other parts ask about (a scheme declares the ones it has in `capabilities`):
+#: its round is the network's plain W-weighted mix, which a method may run as Gossip.mix (--mixing server, --byzantine
+#: and robust --aggregators apply); the only scheme --mode async runs (pairwise averaging) ...
+PLAIN_MIX = "plain-mix"
+#: ... --compress encodes its messages (p2pfl.gossip.compress) ...
+COMPRESSIBLE = "compressible"
+#: ... it corrects what compression drops itself (CHOCO's public copies) ...
+ERROR_FEEDBACK = "error-feedback"
+#: ... it holds a numerator x and a weight w, its model is z = x/w (`model`, `numerator`, `weight`) ...
+DEBIASED = "debiased"
+#: ... a peer back from sitting out may not take its neighbours' mix (it would create or destroy mass) ...
+NO_REJOIN_MIX = "no-rejoin-mix"
+#: ... --momentum is its own μ, applied once a round: the local SGD steps run without momentum ...
+OWNS_MOMENTUM = "owns-momentum"
+#: ... its fixed point is exact only under a doubly stochastic W (warned of on one-way links that fail) ...
+DOUBLY_STOCHASTIC = "doubly-stochastic"
+#: ... its round reads only the updated model x½ = x − ηg: a method hands it x½ as it is, with g = 0 (not x and a
+#: G rebuilt from the update, which would round x½ differently).
+UPDATED_ONLY = "updated-only"
+
+
+class Scheme(Component):
+    """A --gossip scheme, built once per run from the configuration (`from_config`). A round reads the local active
+    peers' models x (before their local update), their gradients g (the update divided by −η), the state each peer
+    keeps (a dict in its record, so checkpoints keep it) and the round's network, and returns the mixed models."""
+
+    #: The method capabilities (p2pfl.capabilities) it needs, MIXES_BY_W and GIVES_GRADIENTS: a method without them
+    #: refuses it.
+    needs: ClassVar[frozenset[str]] = frozenset({MIXES_BY_W, GIVES_GRADIENTS})
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Scheme:
+        """The scheme a run's configuration asks for, with its own options."""
+        return cls()
+
+    def round(self, gossip: Gossip, x: dict[int, torch.Tensor], g: dict[int, torch.Tensor], lr: float,
+              state: dict[int, State], net: RoundNetwork, round: int, sizes: Sequence[float] | None = None) -> Mixed:
+        """One round for the local active peers of `x`: their mixed models, the network the exchanges left and
+        their events; `state[p]` (the peer's record's dict) is updated in place."""
+        raise NotImplementedError
+
+    def round_models(self, gossip: Gossip, z: dict[int, torch.Tensor], g: dict[int, torch.Tensor], lr: float,
+                     state: dict[int, State], net: RoundNetwork, round: int,
+                     sizes: Sequence[float] | None = None) -> Mixed:
+        """`round` where `z` holds the models the peers hold (`model`), and so do the mixed vectors returned (the
+        learners and consensus keep in a peer's model what it trains, evaluates and checkpoints)."""
+        return self.round(gossip, z, g, lr, state, net, round, sizes)
+
+    def model(self, x: torch.Tensor, state: State) -> torch.Tensor:
+        """The model a peer holds, trains and is measured by, from the iterate `x` it mixes."""
+        return x
+
+    def numerator(self, z: torch.Tensor, state: State) -> torch.Tensor:
+        """The iterate a peer mixes, from the model `z` it holds (`model`'s inverse)."""
+        return z
+
+    @staticmethod
+    def weight(state: State, like: torch.Tensor) -> torch.Tensor:
+        """The weight w of a peer's mass, a one-element tensor like `like` (DEBIASED: model = iterate / w); 1 for
+        a scheme whose iterate is its model."""
+        return torch.ones(1, dtype=like.dtype, device=like.device)
+
+    def prepare(self, ctx: Any) -> None:
+        """Its run-level state and manifest records, once the run's graph is built (p2pfl.run.build_context)."""
+
+    @classmethod
+    def check(cls, cfg: Any, check: Check) -> None:
+        """Its rules on the rest of the configuration: the method must hand it what it `needs`, and only the plain
+        mix combines with Byzantine peers, robust aggregators, the server and asynchrony. A scheme with rules of
+        its own extends this (super().check first)."""
+        method = catalogue().get(cfg.algorithm, cfg)
+        missing = sorted(cls.needs - method.capabilities, key=lambda c: c != MIXES_BY_W)
+        if missing:
+            allowed = [n for n in SCHEMES.names() if SCHEMES.get(n).needs <= method.capabilities]
+            check(False, "gossip", f"{cfg.algorithm} mixes by {', '.join(allowed)} only, got '{cfg.gossip}': "
+                                   f"{method.why_not(missing[0])} (every scheme runs with --algorithm quadratic)")
+        plain = PLAIN_MIX in cls.capabilities
+        linear = "linear" in AGGREGATORS.get(cfg.aggregator).capabilities
+        check(plain or (cfg.byzantine is None and linear and cfg.mixing != "server"), "gossip",
+              f"{cfg.gossip} mixes by the plain W-weighted mean: it does not combine with --byzantine, a robust "
+              "--aggregator or --mixing server")
+        check(plain or cfg.mode != "async", "mode",
+              "async averages pairwise with dense models: --gossip average, --compress none")
+
+    @classmethod
+    def check_network(cls, schedule: NetworkSchedule, graph: nx.Graph, rounds: int) -> None:
+        """Refuse before training, in a ValueError of one line naming --gossip, a network it cannot run on; by
+        default it runs on any."""
+
+    @classmethod
+    def check_weights(cls, weights: Sequence[np.ndarray | sp.spmatrix]) -> None:
+        """Refuse mixing weights it cannot converge under (every round's W); by default it takes any."""
+
+    @classmethod
+    def warning(cls, schedule: NetworkSchedule) -> str | None:
+        """The warning rank 0 prints before training, None for none: a scheme exact only under a doubly stochastic
+        W converges to a biased point on one-way links that fail (a round's W is then only row-stochastic)."""
+        if DOUBLY_STOCHASTIC not in cls.capabilities or not schedule.directed or not schedule.lossy:
+            return None
+        return (f"--gossip {cls.name} on one-way links with failures (--link-failure, --churn, --crash or "
+                "--participation): W is only row-stochastic in the rounds that lose a link or a peer, so it converges "
+                "to a biased point, not the optimum")
+
+
+__all__ = ["COMPRESSIBLE", "DEBIASED", "DOUBLY_STOCHASTIC", "ERROR_FEEDBACK", "GIVES_GRADIENTS", "MIXES_BY_W",
+           "NO_REJOIN_MIX", "OWNS_MOMENTUM", "PLAIN_MIX", "SCHEMES", "Scheme", "State", "UPDATED_ONLY"]
