@@ -217,8 +217,8 @@ class DecFeatARC(DecSSL):
                 peer.mixable.flatten(peer.message[:-1])
                 peer.message[-1] = float(peer.cluster)
                 vectors[p] = peer.message
-        delivered = self.ctx.checked.exchange(vectors, round, net.incoming, net=net,
-                                              valid=lambda v: self._cluster_of(v) is not None)
+        delivered = self.ctx.gossip.exchanges(net, round).start(
+            vectors, valid=lambda v: self._cluster_of(v) is not None).result()
         assert delivered.net is not None
         sizes = self.mix_sizes()
         for p in delivered.inbox:

@@ -305,7 +305,8 @@ class GossipLearner(LocalTrainer):
         """Mean d_w between each local peer alive in `net` and its alive neighbours in the support graph (one
         extra exchange of full states)."""
         vectors = {p: self.peers[p].full.flatten() for p in self.alive_peers(net)}
-        delivered = self.ctx.checked.exchange(vectors, round, self.ctx.transport.all_links(self.evaluated(net)))
+        links = self.ctx.transport.all_links(self.evaluated(net))
+        delivered = self.ctx.gossip.exchanges(None, round).start(vectors, links).result()
         out = {}
         for p in delivered.inbox:
             state = self.peers[p].full

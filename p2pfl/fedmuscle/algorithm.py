@@ -49,7 +49,6 @@ from p2pfl.evaluation import features, multilabel_scores
 from p2pfl.fedmuscle.multitask import MultiTaskWorkload, PeerTask, load_multitask_workload
 from p2pfl.fedmuscle.peerspec import PeersSpec, uniform_spec
 from p2pfl.fedmuscle.records import TASK_METRIC, TASK_METRIC_NAME, MuscleSummary
-from p2pfl.gossip import Events
 from p2pfl.losses.align import GRAM_LABEL_SMOOTHING, align_loss, align_temperatures, anchor_gradient_cosine
 from p2pfl.method import Phase
 from p2pfl.models import RepresentationNet, SupervisedNet, build_encoder, count_parameters, init_model
@@ -242,14 +241,13 @@ class FedMuscle(LocalTrainer):
         opts = {peer.id: self.for_round(peer.rep_optimizer, round) for peer in local}
         used: dict[int, list[int]] = {}  # per peer, the M of each step
         cosines: dict[int, list[float]] = {}  # per peer, cos(∇ loss, ∇ pairwise) at the anchor, each step
-        events = Events()
-        for step in range(cfg.contrastive_steps):
+        exchanges = self.ctx.gossip.exchanges(None, round)  # each step reads its own receivers' verdicts: one
+        for step in range(cfg.contrastive_steps):  # agreement a round, at the end
             idx_np = public_batch_indices(cfg.seed, round, step, self.work.n_public, cfg.public_batch)
             idx = torch.as_tensor(idx_np, device=self.ctx.device)
             reps = {peer.id: self.represent(peer, idx) for peer in local}
             payloads = {p: z.detach().contiguous() for p, z in reps.items()}
-            delivered = self.ctx.checked.exchange(payloads, round, net.incoming)
-            events += delivered.events
+            delivered = exchanges.start(payloads, net.incoming).local()
             inbox = delivered.inbox
             idx_bytes = idx_np.astype(np.int64).tobytes()
             for peer in local:
@@ -279,7 +277,7 @@ class FedMuscle(LocalTrainer):
             aligned[p] = {"muscle_loss": self.peers[p].last_align, "muscle_m": sum(ms) / len(ms)}
             if p in cosines:
                 aligned[p]["grad_cos_pairwise"] = sum(cosines[p]) / len(cosines[p])
-        return Phase(aligned, events)
+        return Phase(aligned, exchanges.close())
 
     # ------------------------------------------------------------------ evaluation
     def score_peer(self, peer: MusclePeer) -> dict[str, Any]:

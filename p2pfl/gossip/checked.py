@@ -2,13 +2,14 @@
 
 encode (the codec, on the sender's side) -> transport -> decode -> tamper (omniscient attackers' messages made
 for each receiver, p2pfl.byzantine.omniscient) -> validate what arrived -> agree on the rejected links across
-ranks -> the round's network without them. Every caller that sends something in a round (gossip,
-the server's hops, a returning peer's pull, FeatARC's clusters, FedMuscle's representations, the drift
-measurement) goes through it; what it rejected comes back as a value (`Delivery.events`) for the round record.
+ranks -> the round's network without them. Every caller that sends something in a round (gossip, the server's
+hops, a returning peer's pull, FeatARC's clusters, FedMuscle's representations, the drift measurement) goes
+through a round's `Exchanges` (p2pfl.gossip.exchanges), which combines, judges and agrees once for all the
+exchanges it started; what they rejected comes back as a value (`Delivery.events`) for the round record.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -80,14 +81,16 @@ class Faults:
 
 @dataclass
 class Delivery:
-    """One checked exchange's result: every local receiver's decoded messages (`inbox`), those rejected, and
-    the network without the rejected links (`net`, when the exchange ran along a round's network)."""
+    """One checked exchange's result: every local receiver's decoded messages (`inbox`), those rejected, the
+    network without the rejected links (`net`, when the exchange ran along a round's network) and, when a rule
+    combined them (p2pfl.gossip.exchanges), every local receiver's combined vector."""
 
     inbox: Inbox
     rejected: frozenset[Pair]
     net: RoundNetwork | None
     events: Events
     pending: Pending | None = None
+    combined: dict[int, torch.Tensor] = field(default_factory=dict)
 
     def release(self) -> None:
         """Done with the messages (nothing keeps a reference to one): the transport may reuse their memory."""
@@ -127,8 +130,7 @@ class Handle:
 
     def wait(self) -> Delivery:
         """The decoded messages (tampered with, given a `tamper` stage); validated and agreed on unless `valid`
-        was None (then nothing is rejected: the caller judges and calls `CheckedExchange.delivery` itself, or
-        needs no check)."""
+        was None (then nothing is rejected: p2pfl.gossip.exchanges judges and agrees, or nothing needs it)."""
         received = self._pending.wait()
         if self._codec.passes_through:
             inbox = received
@@ -139,8 +141,10 @@ class Handle:
             inbox = {p: self._tamper(p, got) for p, got in inbox.items()}
         if self._valid is None:
             return Delivery(inbox, frozenset(), self._net, Events(), self._pending)
-        bad = failing(inbox, inbox, self._valid)
-        return self._c.delivery(inbox, self._round, bad, self._net, self._pending)
+        rejected = self._c.agree(self._round, [failing(inbox, inbox, self._valid)])[0]
+        mine = tuple(sorted(pair for pair in rejected if pair[0] in inbox))
+        net = self._net.without(rejected) if self._net is not None and rejected else self._net
+        return Delivery(inbox, rejected, net, Events(rejected=mine), self._pending)
 
 
 class CheckedExchange:
@@ -160,7 +164,7 @@ class CheckedExchange:
               tamper: Tamper | None = None) -> Handle:
         """Encode every local sender's vector and start the exchange along `links`; at `wait`, `tamper` (the
         omniscient attackers) rewrites each receiver's decoded messages and `valid` (default: finite) judges
-        them (None: the caller judges, then calls `delivery`)."""
+        them and the ranks agree on the rejected ones (None: no check; p2pfl.gossip.exchanges does its own)."""
         codec = self.codec if codec is None else codec
         payloads = {p: codec.encode(p, v, round) for p, v in vectors.items()}
         pending = self.transport.start(payloads, round, links, withheld=self.faults.silent)
@@ -172,25 +176,15 @@ class CheckedExchange:
         """`start(...).wait()`."""
         return self.start(vectors, round, links, net, valid, codec, tamper).wait()
 
-    def delivery(self, inbox: Inbox, round: int, bad: Iterable[Pair], net: RoundNetwork | None,
-                 pending: Pending | None = None) -> Delivery:
-        """Agree on the `bad` messages across ranks (collective) and return what the exchange delivered."""
-        rejected = self.agree(round, bad)
-        mine = tuple(sorted(pair for pair in rejected if pair[0] in inbox))
-        return Delivery(inbox, rejected, net.without(rejected) if net is not None and rejected else net,
-                        Events(rejected=mine), pending)
-
-    def agree(self, round: int, pairs: Iterable[Pair]) -> frozenset[Pair]:
-        """Every rank's rejected messages (collective). With reject_nonfinite off, raise naming the first."""
-        parts = self.world.allgather(sorted(set(pairs)), caller="CheckedExchange.agree (rejected links)")
-        found = sorted({tuple(pair) for part in parts for pair in part})
-        if found and not self.reject_nonfinite:
-            receiver, sender = found[0]
+    def agree(self, round: int, exchanges: Sequence[Iterable[Pair]]) -> list[frozenset[Pair]]:
+        """Every rank's rejected messages of each of `exchanges` (one collective for all of them). With
+        reject_nonfinite off, raise naming the first of the first exchange that has one."""
+        parts = self.world.allgather([sorted(set(pairs)) for pairs in exchanges],
+                                     caller="CheckedExchange.agree (rejected links)")
+        found = [sorted({tuple(pair) for part in parts for pair in part[k]}) for k in range(len(exchanges))]
+        first = next((pairs[0] for pairs in found if pairs), None)
+        if first is not None and not self.reject_nonfinite:
+            receiver, sender = first
             raise RuntimeError(f"non-finite message from peer {sender} to peer {receiver} in round {round} "
                                "(--on-nonfinite abort)")
-        return frozenset(found)  # type: ignore[arg-type]
-
-    def suspects_of(self, inbox: Inbox, receivers: Collection[int]) -> list[Pair]:
-        """The non-finite messages of the given receivers (those whose combination came out non-finite); each
-        distinct message is checked once, however many of them heard it."""
-        return failing(inbox, receivers, finite)
+        return [frozenset(pairs) for pairs in found]  # type: ignore[misc]

@@ -1,5 +1,5 @@
-"""Gossip over the checked exchange: one round's mix with a combine rule, the server's two hops and a returning
-peer's pull. Each returns the mixed vectors and the round's events as values."""
+"""Gossip over the checked exchange: a round's exchanges (`exchanges`), one round's mix with a combine rule, the
+server's two hops and a returning peer's pull. Each returns the mixed vectors and the round's events as values."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
@@ -8,8 +8,10 @@ from dataclasses import dataclass
 import torch
 
 from p2pfl.byzantine import Adversary, Robust, Scratch
+from p2pfl.comm.world import World
 from p2pfl.gossip.checked import CheckedExchange, Events, Tamper
 from p2pfl.gossip.codec import Attacking, Codec, Poisoned
+from p2pfl.gossip.exchanges import Exchanges
 from p2pfl.gossip.rules import RobustRule, Rule, weighted_sum
 from p2pfl.network.schedule import HUB, RoundNetwork
 
@@ -57,25 +59,26 @@ class Gossip:
         adversary = Adversary(self.robust.attack, self.robust.byzantine, self.robust.peers, self.robust.scale)
         return lambda p, got: adversary.forge(p, vectors[p], got, net.row(p, sizes))
 
+    @property
+    def world(self) -> World:
+        """The ranks (a scheme's own collectives: CHOCO's lagging links)."""
+        return self.checked.world
+
+    def exchanges(self, net: RoundNetwork | None, round: int) -> Exchanges:
+        """A round's checked exchanges on `net` (p2pfl.gossip.exchanges): start them, then read their results;
+        the ranks agree once on what all of them rejected."""
+        return Exchanges(self.checked, net, round)
+
     def combine(self, vectors: dict[int, torch.Tensor], net: RoundNetwork, round: int, rule: Rule,
                 codec: Codec | None = None, tamper: Tamper | None = None) -> Mixed:
         """Exchange along the round's links (`tamper`: omniscient attackers on the receivers' side) and combine
         with `rule`. A non-finite message is rejected: every rank learns of it, the link counts as failed for the
         round and the weights are recomputed, so the result equals a round in which that link failed. Only the
         messages behind suspect results are checked."""
-        got = self.checked.exchange(vectors, round, net.incoming, net=net, valid=None, codec=codec, tamper=tamper)
-        results = rule.combine_all(vectors, got.inbox, net)
-        suspects = rule.suspects(results)
-        delivered = self.checked.delivery(got.inbox, round, self.checked.suspects_of(got.inbox, suspects), net,
-                                          got.pending)
-        assert delivered.net is not None
-        if delivered.rejected:  # the surviving graph's weights may change every row
-            results = rule.combine_all(vectors, {p: delivered.kept(p) for p in got.inbox}, delivered.net)
-        noted = (sum((rule.events(p, delivered.kept(p)) for p in sorted(got.inbox)), Events())
-                 if type(rule).events is not Rule.events else Events())  # the plain rule notes nothing
-        delivered.release()  # every result is a new tensor (or the receiver's own vector)
-        cut = tuple(sorted((p, q) for p, (_, c) in results.items() for q in c))
-        return Mixed({p: v for p, (v, _) in results.items()}, delivered.net, delivered.events + noted + Events(cut=cut))
+        exchanges = self.exchanges(net, round)
+        mixed = exchanges.start(vectors, rule=rule, codec=codec, tamper=tamper).result()
+        assert exchanges.net is not None
+        return Mixed(mixed.combined, exchanges.net, exchanges.events)
 
     def via_server(self, vectors: dict[int, torch.Tensor], net: RoundNetwork, round: int,
                    sizes: Sequence[float] | None = None) -> Mixed:
@@ -85,7 +88,8 @@ class Gossip:
         whose vector is not finite is left out of the average and gets nothing back (its link failed)."""
         members = [j for j, _ in net.row(HUB)] if HUB in net.active else []
         up = {HUB: tuple(j for j in members if j != HUB)} if len(members) > 1 else {}
-        delivered = self.checked.exchange(vectors, round, up, net=net)
+        exchanges = self.exchanges(net, round)
+        delivered = exchanges.start(vectors, up).result()
         assert delivered.net is not None
         net = delivered.net
         if delivered.rejected:
@@ -95,7 +99,7 @@ class Gossip:
             average[HUB] = weighted_sum(vectors[HUB], delivered.inbox[HUB], net.row(HUB, sizes))
         delivered.release()
         down = {j: (HUB,) for j in up.get(HUB, ())}
-        back = self.checked.exchange({**vectors, **average}, round, down, valid=None)
+        back = exchanges.start({**vectors, **average}, down, valid=None).result()
         out = {p: v.clone() for p, v in vectors.items()}
         out.update(average)
         for leaf, received in back.inbox.items():
@@ -110,7 +114,7 @@ class Gossip:
         FedAvg client takes the current global one. A peer with no fresh neighbour this round is left out;
         non-finite vectors are rejected."""
         links = {i: tuple(j for j in net.incoming[i] if j in net.fresh) for i in sorted(peers)}
-        delivered = self.checked.exchange(vectors, round, links)
+        delivered = self.exchanges(None, round).start(vectors, links).result()
         out = {}
         for peer, received in delivered.inbox.items():
             row = [(j, w) for j, w in net.row(peer, sizes) if j in received and (peer, j) not in delivered.rejected]

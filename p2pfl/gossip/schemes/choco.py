@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import networkx as nx
 import torch
 
-from p2pfl.gossip.checked import Delivery, finite
+from p2pfl.comm.transport import Inbox
+from p2pfl.gossip.checked import finite
 from p2pfl.gossip.codec import Codec, Poisoned, Wrapping
 from p2pfl.gossip.compress import bundle
 from p2pfl.gossip.mix import Gossip, Mixed
@@ -90,8 +91,9 @@ def choco_round(gossip: Gossip, x: dict[int, torch.Tensor], g: dict[int, torch.T
     `state[p]` is updated in place (module docstring). `support`: every link a round may use (a sender keeps the
     messages its alive neighbours there still miss; None: every pair)."""
     half = {p: x[p] - lr * g[p] for p in x}
+    exchanges = gossip.exchanges(net, round)
     if gossip.compressor is None:
-        got = gossip.checked.exchange(half, round, net.incoming, net=net)
+        got = exchanges.start(half).result()
         assert got.net is not None
         mixed = {p: _update(half[p], half[p], got.kept(p), gamma, got.net, p, sizes) for p in x}
         got.release()
@@ -110,15 +112,26 @@ def choco_round(gossip: Gossip, x: dict[int, torch.Tensor], g: dict[int, torch.T
     # which links lag (their receiver holds an older x̂ than the last one): known to every rank
     lagging = {(j, i) for i in x if "changed" in state[i] for j in net.incoming.get(i, ())  # "since" comes with it
                if int(state[i]["since"][j]) < int(state[i]["changed"])}
-    lagging = {tuple(pair) for part in gossip.checked.world.allgather(sorted(lagging)) for pair in part}
+    lagging = {tuple(pair) for part in gossip.world.allgather(sorted(lagging)) for pair in part}
     synced = {j: tuple(i for i in senders if (j, i) not in lagging) for j, senders in net.incoming.items()}
-    first = gossip.checked.exchange(sent, round, {j: s for j, s in synced.items() if s}, net=net,
-                                    codec=_Encoded(codec))
-    arrived = {p: dict(first.inbox.get(p, {})) for p in x}  # receiver -> sender -> q (to add to its copy)
-    replaced: dict[int, dict[int, torch.Tensor]] = {p: {} for p in x}  # ... -> the new copy (a lagging link)
-    events, final = first.events, first.net
-    assert final is not None
+    # the synced links' messages and every lagging link's bundle travel together (one agreement for all)
+    first = exchanges.start(sent, {j: s for j, s in synced.items() if s}, codec=_Encoded(codec))
+    replaced: dict[int, dict[int, torch.Tensor]] = {p: {} for p in x}  # receiver -> sender -> the new copy
+
+    def opened(inbox: Inbox) -> list[tuple[int, int]]:
+        """Open each bundle into its receiver's new copy of the sender's x̂; reject one that opens non-finite."""
+        bad = []
+        for j, received in inbox.items():
+            for i, payload in received.items():
+                copy = _opened(codec, i, payload, state[j].get(f"in{i}", torch.zeros_like(half[j])))
+                if finite(copy):
+                    replaced[j][i] = copy
+                else:
+                    bad.append((j, i))
+        return bad
+
     behind = {i: sorted(j for j, sender in lagging if sender == i) for i in range(net.n_peers)}
+    bundles = []
     for slot in range(max(map(len, behind.values()), default=0)):
         vectors = {i: _bundle(state[i], int(state[i]["since"][behind[i][slot]]), sent[i], round,
                               torch.full_like(hat[i], float("nan")) if i in codec.peers else hat[i])
@@ -127,21 +140,13 @@ def choco_round(gossip: Gossip, x: dict[int, torch.Tensor], g: dict[int, torch.T
         for i, js in behind.items():
             if len(js) > slot:
                 links.setdefault(js[slot], []).append(i)
-        pending = gossip.checked.start(vectors, round, {j: tuple(s) for j, s in sorted(links.items())},
-                                       valid=None, codec=Codec())
-        got = pending.wait()
-        bad = []
-        for j, received in got.inbox.items():
-            for i, payload in received.items():
-                copy = _opened(codec, i, payload, state[j].get(f"in{i}", torch.zeros_like(half[j])))
-                if finite(copy):
-                    replaced[j][i] = copy
-                else:
-                    bad.append((j, i))
-        delivered: Delivery = gossip.checked.delivery(got.inbox, round, bad, final, got.pending)
-        delivered.release()
-        events, final = events + delivered.events, delivered.net
-        assert final is not None
+        bundles.append(exchanges.start(vectors, {j: tuple(s) for j, s in sorted(links.items())}, judge=opened,
+                                       codec=Codec()))
+    arrived = {p: dict(first.result().inbox.get(p, {})) for p in x}  # receiver -> sender -> q (to add to its copy)
+    for started in bundles:
+        started.result().release()
+    final = exchanges.net
+    assert final is not None
     mixed = {}
     for p in x:
         s = state[p]
@@ -156,8 +161,8 @@ def choco_round(gossip: Gossip, x: dict[int, torch.Tensor], g: dict[int, torch.T
         _trim(s, min((int(since[j]) for j in nbrs if j in net.alive), default=round),
               hat[p].numel() * hat[p].element_size())
         mixed[p] = _update(half[p], hat[p], {j: s[f"in{j}"] for j in alive}, gamma, final, p, sizes)
-    first.release()
-    return Mixed(mixed, final, events)
+    first.result().release()
+    return Mixed(mixed, final, exchanges.events)
 
 
 def _opened(codec: Codec, sender: int, payload: torch.Tensor, copy: torch.Tensor) -> torch.Tensor:

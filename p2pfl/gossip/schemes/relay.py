@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 import torch
 
-from p2pfl.gossip.checked import Events
 from p2pfl.gossip.mix import Gossip, Mixed
 from p2pfl.gossip.schemes import SCHEMES
 from p2pfl.gossip.schemes.base import Scheme, State
@@ -125,7 +124,8 @@ class Relay(Scheme):
 
     def round(self, gossip: Gossip, x: dict[int, torch.Tensor], g: dict[int, torch.Tensor], lr: float,
               state: dict[int, State], net: RoundNetwork, round: int, sizes: Sequence[float] | None = None) -> Mixed:
-        """Per tree-neighbour slot one checked exchange of [m, c]; what arrives replaces the receiver's last
+        """Per tree-neighbour slot one checked exchange of [m, c], all started at once (one agreement a round;
+        slot s keeps only the links the slots before it left); what arrives replaces the receiver's last
         message on that link, what does not leaves it as it was."""
         tree = self.tree
         assert tree is not None, "--gossip relay: prepare(ctx) builds the run's RelayTree first"
@@ -136,18 +136,18 @@ class Relay(Scheme):
                 state[p]["x0"] = x[p].clone()
         sent = {p: {j: _relayed(half[p], state[p], [k for k in tree.neighbours[p] if k != j])
                     for j in tree.neighbours[p]} for p in x}
-        events = Events()
-        for slot in range(tree.slots):
-            vectors = {p: sent[p][nbrs[slot]] for p in x if len(nbrs := tree.neighbours[p]) > slot}
-            got = gossip.checked.exchange(vectors, round, tree.links(slot, net), net=net)
+        exchanges = gossip.exchanges(net, round)
+        slots = [exchanges.start({p: sent[p][nbrs[slot]] for p in x if len(nbrs := tree.neighbours[p]) > slot},
+                                 lambda n, slot=slot: tree.links(slot, n)) for slot in range(tree.slots)]
+        for started in slots:
+            got = started.result()
             for p in got.inbox:
                 for j, v in got.kept(p).items():
                     state[p][f"m{j}"], state[p][f"c{j}"] = v[:-1].clone(), v[-1:].clone()
             got.release()
-            assert got.net is not None
-            net, events = got.net, events + got.events
         mixed = {}
         for p in x:
             total = _relayed(half[p], state[p], tree.neighbours[p])
             mixed[p] = (total[:-1] + (K - total[-1]) * state[p]["x0"]) / K
-        return Mixed(mixed, net, events)
+        assert exchanges.net is not None
+        return Mixed(mixed, exchanges.net, exchanges.events)
