@@ -3,11 +3,13 @@ run with (`Robust`), and the scratch room the robust aggregators reuse across ro
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 import torch
 
+from p2pfl.registry import options_of
 from p2pfl.seeding import SHARED, numpy_rng
 
 
@@ -33,22 +35,32 @@ class Robust:
         from p2pfl.byzantine.attacks import ATTACKS
         own: dict[str, Any] = {}
         for component in (AGGREGATORS.get(cfg.aggregator), ATTACKS.get(cfg.attack)):
-            section = getattr(component, "Options", None)
-            own.update({f.name: getattr(cfg, f.name) for f in fields(section)} if section is not None else {})
+            section = options_of(component, cfg)
+            own.update(asdict(section) if section is not None else {})
         return cls(byzantine, attack=cfg.attack, scale=cfg.attack_scale, aggregator=cfg.aggregator, trim=cfg.trim,
                    peers=peers, options=own)
+
+    @cached_property
+    def defence(self) -> Any:
+        """The aggregator's class (looked up once, not per message)."""
+        from p2pfl.byzantine.aggregators import AGGREGATORS
+        return AGGREGATORS.get(self.aggregator)
+
+    @cached_property
+    def attacker(self) -> Any:
+        """The attack's class (looked up once, not per message)."""
+        from p2pfl.byzantine.attacks import ATTACKS
+        return ATTACKS.get(self.attack)
 
     @property
     def active(self) -> bool:
         """Whether gossip needs the robust rule: attackers, or an aggregator other than the plain W-weighted mean."""
-        from p2pfl.byzantine.aggregators import AGGREGATORS
-        return bool(self.byzantine) or "linear" not in AGGREGATORS.get(self.aggregator).capabilities
+        return bool(self.byzantine) or "linear" not in self.defence.capabilities
 
     @property
     def omniscient(self) -> bool:
         """Whether the attack is made on the receiver's side from its inbox (p2pfl.byzantine.omniscient)."""
-        from p2pfl.byzantine.attacks import ATTACKS
-        return "omniscient" in ATTACKS.get(self.attack).capabilities
+        return "omniscient" in self.attacker.capabilities
 
 
 class Scratch:

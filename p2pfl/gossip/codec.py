@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection
 
 import torch
 
-from p2pfl.byzantine import ATTACKS, Robust
+from p2pfl.byzantine import Robust
 
 
 class Codec:
@@ -55,7 +55,7 @@ class Attacking(Wrapping):
     def encode(self, peer: int, vector: torch.Tensor, round: int) -> torch.Tensor:
         if peer in self.robust.byzantine and not self.robust.omniscient:
             memory = self.memory(peer)
-            attack = ATTACKS.get(self.robust.attack)
+            attack = self.robust.attacker
             vector = attack.send(vector, seed=self.seed, peer=peer, round=round, scale=self.robust.scale,
                                  first=memory.get("first"))
             attack.remember(memory, vector)

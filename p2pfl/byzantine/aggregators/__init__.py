@@ -41,11 +41,11 @@ def aggregate(robust: Robust, peer: int, own: torch.Tensor, received: dict[int, 
               row: list[tuple[int, float]], scratch: Scratch | None = None) -> tuple[torch.Tensor, list[int]]:
     """Peer's combination of its own vector and its neighbours' under the run's aggregator (`scratch`: room
     reused across calls)."""
-    return AGGREGATORS.get(robust.aggregator).aggregate(robust, peer, own, received, row, scratch)
+    return robust.defence.aggregate(robust, peer, own, received, row, scratch)
 
 
 def lowered_trim(robust: Robust, senders: int) -> int | None:
     """The number of attackers the run's aggregator assumed in a neighbourhood of `senders` messages when that
     is fewer than --trim (else None)."""
-    allowed = AGGREGATORS.get(robust.aggregator).assumed(robust, senders)
+    allowed = robust.defence.assumed(robust, senders)
     return allowed if allowed is not None and allowed < robust.trim else None
