@@ -155,6 +155,20 @@ def test_an_alarm_from_another_rank_ends_an_armed_wait_before_its_deadline() -> 
     assert lines[0].endswith("s when rank 1 timed out; ranks that did not arrive: 2") and alarm.rung
 
 
+def test_a_deadline_counts_from_when_its_call_started() -> None:
+    """A wait armed `since` an earlier moment (a peer's exchange started before it waited) expires `seconds` after
+    that moment: earlier than a collective another rank armed in between, so the line naming the silent neighbour
+    comes first."""
+    lines: list[str] = []
+    ended = threading.Event()
+    watchdog = Watchdog(lambda line: (lines.append(line), ended.set()))
+    started = time.monotonic()
+    watchdog.arm(30.0, lambda e: f"waited {e.seconds()} s", since=started - 29.5)
+    assert ended.wait(20), "the deadline never came"
+    assert time.monotonic() - started < 20  # 0.5 s left of its 30, not 30 from the arming
+    assert lines == ["waited 30 s"]
+
+
 class _BlockingComm:
     """A communicator whose allgather never returns until released (a rank that never arrives)."""
 

@@ -135,6 +135,8 @@ class Pending:
                  links: Links, receivers: list[int], recvs: dict[int, list[int]], withheld: Collection[int]) -> None:
         self._t = transport
         self.seq, self.round, self._withheld = seq, round, withheld
+        #: When the call started (its waits' deadline counts from here; Transport._wait).
+        self.started = time.monotonic()
         sample = next(iter(payloads.values()), None)
         self.device = sample.device if sample is not None else torch.device("cpu")  # where the inboxes land
         self._payloads, self._links, self._receivers, self._recvs = payloads, links, receivers, recvs
@@ -484,7 +486,11 @@ class Transport:
                     + expiry.when() + expiry.absent(always=False))
 
         if self._watchdog is not None:  # None: a World made by hand, without a deadline
-            self._watchdog.arm(self.timeout, describe)
+            # from the call's start (capped at half the timeout back, so a wait after a long computation keeps
+            # most of its deadline): a rank that entered a collective after receiving this peer's messages armed
+            # later, so the line naming the silent neighbour comes first
+            since = max(pending.started, time.monotonic() - self.timeout / 2)
+            self._watchdog.arm(self.timeout, describe, since=since)
         try:
             remaining, pause = len(requests), POLL_FIRST_S
             while remaining:

@@ -106,9 +106,10 @@ class Watchdog:
         self._thread = threading.Thread(target=self._loop, name="p2pfl-watchdog", daemon=True)
         self._thread.start()
 
-    def arm(self, seconds: float, describe: Callable[[Expiry], str]) -> None:
+    def arm(self, seconds: float, describe: Callable[[Expiry], str], since: float | None = None) -> None:
+        """Start a deadline `seconds` after `since` (a time.monotonic() reading; now by default)."""
         with self._cond:
-            self._armed_at = time.monotonic()
+            self._armed_at = time.monotonic() if since is None else since
             self._seconds = seconds
             self._deadline = self._armed_at + seconds
             self._describe = describe
