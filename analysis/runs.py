@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Run", "RunFolderError", "load_run", "is_number", "cumulative_bytes_per_peer", "active_count", "ROUND"]
 
-#: The parameter of each partition kind that has one (p2pfl.data.partition).
+#: The parameter of each partition kind that has one, for runs whose manifest names no label (older runs).
 PARTITION_PARAMETER = {"dirichlet": "alpha", "skew": "beta"}
 #: The records' round index (for --mode async, the index of a batch of events): the default x of a series.
 ROUND = "round"
@@ -123,6 +123,8 @@ class Run:
         part = self.manifest.get("partition") if self.manifest else None
         if part is None:
             return None
+        if "label" in part:  # the partition's own (p2pfl.data.partitions); older runs: the rule below
+            return part["label"]
         param = PARTITION_PARAMETER.get(part["kind"])
         return f"{part['kind']}({param}={part[param]})" if param else part["kind"]
 

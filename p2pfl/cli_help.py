@@ -1,7 +1,8 @@
-"""`python -m p2pfl.run --help`: one short page, one line per option, grouped, every closed option with its choices
-and every option's default as the method the command line names (else the default one) would use it; and
-`--help TOPIC` in full: a kind of component (`--help gossip`: every scheme, its options, capabilities and paper),
-a method (`--help moon`: its options, the defaults it sets, what it allows), a group of options or one option.
+"""`python -m p2pfl.run --help`: one short page, one line per core option, grouped (the components' own options a
+line per kind), every closed option with its choices and every core option's default as the method the command
+line names (else the default one) would use it; and `--help TOPIC` in full: a kind of component (`--help gossip`:
+every scheme, its options, capabilities and paper), a method (`--help moon`: its options, the defaults it sets,
+what it allows), a group of options or one option.
 
 Everything shown is read from the declarations (p2pfl.options, p2pfl.registry, the methods' `defaults`), so a
 plug-in's components and options appear as the built-ins do.
@@ -102,12 +103,24 @@ def page(algorithm: str) -> str:
         f"Defaults as --algorithm {algorithm} runs (*: its own values; --algorithm X --help shows X's). --help TOPIC "
         f"in full: {ALL}, a kind ({', '.join(kinds.values())}), a method, a group or an option.",
     ]
-    for group, group_fields in _groups().items():
-        lines += ["", f"{group}:" if group not in kinds else f"{group} (--help {kinds[group]}):"]
+    groups = _groups()
+    for group, group_fields in groups.items():
+        if group in kinds:
+            continue
+        lines += ["", f"{group}:"]
         for f in group_fields:
             left = f"  {_flag(f)} {_metavar(f)}".rstrip()
             lines.append(f"{left:<32}  {_summary(f.metadata['help'])}{_default(f, own)}".rstrip())
+    own_options = [(group, fs) for group, fs in groups.items() if group in kinds]
+    if own_options:  # a line a kind, however many components (plug-ins too) add options
+        lines += ["", "the components' own options (--help KIND: each with its meaning, range and default):"]
+        lines += [f"  {kinds[group]}: " + ", ".join(_named(f) for f in fs) for group, fs in own_options]
     return "\n".join(lines) + "\n"
+
+
+def _named(f: dataclasses.Field) -> str:
+    """A component's option on its kind's line: the flag, with its choices when it has a closed set."""
+    return f"{_flag(f)} {_metavar(f)}" if f.metadata["choices"] is not None else _flag(f)
 
 
 def _full(f: dataclasses.Field, own: dict[str, Any], indent: str = "  ") -> list[str]:

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from p2pfl import plugins as _plugins
-from p2pfl.capabilities import ASYNCHRONOUS, BATCHABLE
+from p2pfl.capabilities import BATCHABLE
 from p2pfl.names import folder_name_error
 from p2pfl.options import bounds as _bounds
 from p2pfl.options import catalogue
@@ -55,6 +55,11 @@ def _methods() -> list[str]:
 def _models() -> Sequence[str]:
     from p2pfl.models.encoders import model_choices  # when first needed: importing the configuration imports no torch
     return model_choices()  # the registered names, and any hf:PATH
+
+
+def _datasets() -> Sequence[str]:
+    from p2pfl.data.datasets import DATASETS  # when first needed: importing the configuration imports no torch
+    return DATASETS.choices()  # the registered names, npz:PATH and folder:PATH for any path
 
 
 def _topologies() -> list[str]:
@@ -119,40 +124,30 @@ class RunConfig:
     dtype: str = _opt("float32", "floating precision of training, gossip and evaluation: float32, or float64 (rounding "
                                  "stays near float64's, so runs on different CPUs agree to a tight tolerance)",
                       ("float32", "float64"))
-    gossip: str = _opt("average", "how a round combines with the network (SPEC §7): average (D-PSGD), "
-                                  "gradient-tracking, d2, exact-diffusion, qgm (quasi-global momentum, μ = "
-                                  "--momentum), push-sum, relay (RelaySGD on the tree topology or "
-                                  "the BFS spanning tree of the graph from peer 0) or choco (CHOCO-SGD with "
-                                  "--compress and --consensus-step, SPEC §8)",
-                      _owned("p2pfl.gossip.schemes", "SCHEMES"))
+    gossip: str = _opt("average", "the decentralised optimiser: how a round combines with the network (SPEC §7; "
+                                  "each scheme and its options: --help gossip)",
+                       _owned("p2pfl.gossip.schemes", "SCHEMES"))
     # compression: what a gossip message holds (SPEC §8, p2pfl.gossip.compress)
-    compress: str = _opt("none", "the codec of gossip messages: none (the dense vector), top-k, random-k, qsgd or "
-                                 "sign (scaled: ‖v‖₁/d · sign(v))", _owned("p2pfl.gossip.compress", "CODECS"),
-                         section="compression")
+    compress: str = _opt("none", "the codec of gossip messages (each codec and its options: --help compress)",
+                         _owned("p2pfl.gossip.compress", "CODECS"), section="compression")
     # time: the simulated clock (SPEC §9, p2pfl.network.timing) and asynchronous gossip
     mode: str = _opt("sync", "sync (rounds) or async (AD-PSGD: each peer computes, then averages with one "
-                             "neighbour, in simulated-time order; needs the clock)", ("sync", "async"), section="time")
+                             "neighbour, in simulated-time order; needs the clock)", _owned("p2pfl.modes", "MODES"),
+                     section="time")
     compute_time: float = _opt(0.0, "simulated seconds of one local step (0: no simulated clock unless another time "
-                                    "option is set)", section="time")
+                                    "option is set)", section="time", bounds=">= 0")
     compute_spread: float = _opt(0.0, "log-normal spread σ of the peers' step times around --compute-time (median), "
-                                      "drawn from (seed, peer, 'compute-time')", section="time")
+                                      "drawn from (seed, peer, 'compute-time')", section="time", bounds=">= 0")
     compute_trace: str | None = _opt(None, "file of per-peer seconds per local step (one per peer, CSV or text), "
                                            "instead of --compute-time", section="time")
     straggler_slowdown: float = _opt(1.0, "the --stragglers peers' step time is this many times longer (>= 1)",
-                                     section="time")
-    latency: float = _opt(0.0, "simulated seconds of every link's latency", section="time")
-    latency_matrix: str | None = _opt(None, "K x K file of per-link latencies in seconds (.npy, CSV or text), "
-                                            "instead of --latency", section="time")
-    upload_rate: float = _opt(0.0, "every peer's upload capacity in bytes/s, shared by its concurrent transfers "
-                              "(0: unlimited)", section="time")
-    download_rate: float = _opt(0.0, "every peer's download capacity in bytes/s, shared likewise (0: unlimited)",
-                                section="time")
+                                     section="time", bounds=">= 1")
     sim_time: float = _opt(0.0, "--mode async: end at this simulated time in seconds (0: --updates ends it)",
-                           section="time")
+                           section="time", bounds=">= 0")
     updates: int = _opt(0, "--mode async: end after this many local updates over all peers (0: --sim-time ends "
-                           "it; with neither, --rounds x peers)", section="time")
+                           "it; with neither, --rounds x peers)", section="time", bounds=">= 0")
     eval_every_s: float = _opt(0.0, "--mode async: evaluate every this many simulated seconds (0: only at the end)",
-                               section="time")
+                               section="time", bounds=">= 0")
     on_nonfinite: str = _opt("rollback", "a non-finite message is rejected (a failed link) and a peer whose update "
                                          "turns non-finite is rolled back to its state before the round (rollback), "
                                          "or either ends the job naming the peer (abort)", ("rollback", "abort"))
@@ -175,24 +170,19 @@ class RunConfig:
     byzantine: str | None = _opt(None, "attacking peers: a count drawn with the seed (2) or a list (3,7)",
                                  section="byzantine")
     attack: str = _opt("sign-flip", "what attackers send", _owned("p2pfl.byzantine", "ATTACKS"), section="byzantine")
-    attack_scale: float = _opt(1.0, "strength of sign-flip (-s·x), gaussian (x + s·N(0, I)) and dissensus (its ε)",
+    attack_scale: float = _opt(1.0, "the attack's strength s (how each attack reads it: --help attack)",
                                section="byzantine")
     aggregator: str = _opt("mean", "how honest peers combine what they receive",
                            _owned("p2pfl.byzantine", "AGGREGATORS"), section="byzantine")
     trim: int = _opt(1, "values trimmed per side (trimmed-mean); attackers assumed per neighbourhood (clipped-gossip); "
                         "lowered where a neighbourhood is too small", section="byzantine")
     # data
-    dataset: str = _opt("fashion-mnist", "training data", _owned("p2pfl.data.datasets", "DATASETS"), section="data")
+    dataset: str = _opt("fashion-mnist", "training data (your own files: npz:PATH, folder:PATH; docs/data.md)",
+                        _datasets, section="data")
     data_dir: str | None = _opt(None, "data root (default $P2PFL_DATA, else ~/.cache/p2pfl)", section="data")
     download: bool = _opt(False, "allow downloading a missing dataset (one rank per node)", section="data")
-    partition: str = _opt("dirichlet", "how data is split over peers", _owned("p2pfl.data.partition", "PARTITIONS"),
-                          section="data")
-    alpha: float = _opt(0.1, "Dirichlet concentration", section="data", bounds="> 0")
-    beta: float = _opt(0.5, "iid fraction of the skew partition", section="data", bounds="[0, 1]")
-    size_band: float | None = _opt(None, "Dirichlet: redraw until every shard holds between (1 - BAND) N/K and (1 + "
-                                   "BAND) N/K samples (the Dec-SSL code's rule: 0.5); default: MOON's min_size "
-                                   "rule", section="data", bounds="(0, 1)")
-    min_size: int = _opt(10, "smallest shard a Dirichlet partition may give a peer", section="data", bounds=">= 0")
+    partition: str = _opt("dirichlet", "how data is split over peers (each partition's options: --help partition)",
+                          _owned("p2pfl.data.partitions", "PARTITIONS"), section="data")
     rotate_groups: int = _opt(1, "G peer groups whose images are rotated by g*360/G degrees", section="data",
                               bounds=">= 1")
     train_subset: int | None = _opt(None, "use only the first N training images (fast runs)", section="data",
@@ -248,11 +238,12 @@ class RunConfig:
 
     @property
     def clock(self) -> bool:
-        """Whether the run keeps a simulated clock (SPEC §9): async does; a synchronous run once a time option
-        is set."""
-        return (self.mode == "async" or self.compute_time > 0 or self.compute_trace is not None or self.latency > 0
-                or self.latency_matrix is not None or self.upload_rate > 0
-                or self.download_rate > 0)
+        """Whether the run keeps a simulated clock (SPEC §9): when its mode needs one (async), a step time is set,
+        or its network model keeps one (`keeps_clock`: the default links model once a link option is set)."""
+        from p2pfl.modes import MODES  # when first needed: importing the configuration imports no component
+        from p2pfl.network.clock import NETWORK_MODELS
+        return (MODES.get(self.mode).keeps_clock(self) or self.compute_time > 0 or self.compute_trace is not None
+                or NETWORK_MODELS.get(self.network_model).keeps_clock(self))
 
     def to_dict(self) -> dict[str, Any]:
         """The options (not `from_method`), as config.yaml and the manifest record them."""
@@ -473,44 +464,6 @@ def _check(ok: bool, option: str, message: str) -> None:
         raise ConfigError(f"{_flag(option)}: {message}")
 
 
-def _validate_time(cfg: RunConfig) -> None:
-    """The simulated clock's options, and what --mode async runs on (a static network of peers always up,
-    mixing by the plain pairwise mean)."""
-    for name in ("compute_time", "compute_spread", "latency", "upload_rate", "download_rate", "sim_time",
-                 "eval_every_s"):
-        value = getattr(cfg, name)
-        _check(value >= 0 and value == value, name, f"must be >= 0, got {value}")
-    _check(cfg.straggler_slowdown >= 1.0, "straggler_slowdown", f"must be >= 1, got {cfg.straggler_slowdown}")
-    _check(cfg.updates >= 0, "updates", f"must be >= 0, got {cfg.updates}")
-    _check(not cfg.compute_spread or (cfg.compute_time > 0 and cfg.compute_trace is None), "compute_spread",
-           "spreads --compute-time (> 0) around its median; not without it, nor with --compute-trace")
-    _check(cfg.compute_trace is None or os.path.isfile(cfg.compute_trace), "compute_trace",
-           f"file not found: {cfg.compute_trace}")
-    if cfg.mode != "async":
-        for name in ("sim_time", "updates", "eval_every_s"):
-            _check(not getattr(cfg, name), name, "belongs to --mode async (synchronous runs count --rounds and "
-                                                 "--eval-every)")
-        return
-    method = catalogue().get(cfg.algorithm, cfg)
-    _check(method.can(ASYNCHRONOUS), "mode",
-           f"{cfg.algorithm} has no asynchronous form ({method.why_not(ASYNCHRONOUS)})")
-    _check(cfg.compute_time > 0 or cfg.compute_trace is not None, "mode",
-           "async orders its events by simulated time: give --compute-time or --compute-trace")
-    _check(cfg.compress == "none", "mode",
-           "async averages pairwise with dense models: --gossip average, --compress none")
-    _check(cfg.byzantine is None and cfg.aggregator == "mean" and cfg.mixing != "server" and not cfg.weight_by_data,
-           "mode", "async averages pairwise by the plain mean: not with --byzantine, a robust --aggregator, "
-                   "--mixing server or --weight-by-data")
-    _check(cfg.link_failure == 0 and cfg.churn == 0 and cfg.crash is None and cfg.participation == 1.0
-           and not cfg.resample, "mode", "async runs on a static network of peers always up: not with "
-                                         "--link-failure, --churn, --crash, --participation or --resample")
-    _check(cfg.schedule == "constant", "schedule",
-           "--mode async counts no common rounds for a learning-rate schedule: use --schedule constant")
-    _check(cfg.fedbn == "off", "fedbn", "--mode async averages and updates the whole model: use --fedbn off")
-    _check(cfg.fault is None or cfg.fault.startswith("raise@"), "fault",
-           "--mode async injects only raise@RANK:ROUND (a round: a batch of its events)")
-
-
 def _check_choice(f: dataclasses.Field, value: Any) -> None:
     """The value is one its owner allows (fields without a closed set of values, and None, pass)."""
     choices = f.metadata["choices"]
@@ -533,7 +486,6 @@ def validate(cfg: RunConfig) -> None:
     for f in options():
         _check_choice(f, getattr(cfg, f.name))
         _check_bounds(f, getattr(cfg, f.name))
-    _validate_time(cfg)
     for name, allowed in _declared(cfg, "allowed").items():
         value = getattr(cfg, name)
         _check(value in allowed, name,
@@ -658,11 +610,9 @@ def resolve(cfg: RunConfig, world_size: int) -> ResolvedRun:
         _check(method.can(BATCHABLE), "batch_peers",
                f"'on' needs a method that supports it; --algorithm {cfg.algorithm} does not yet "
                f"({method.why_not(BATCHABLE)}; supported: {', '.join(algorithms.batchable())}); use auto or off")
-    if cfg.byzantine is not None:
-        from p2pfl.byzantine import choose_byzantine
-        attackers = len(choose_byzantine(cfg.byzantine, peers, cfg.seed))
-        _check(cfg.attack != "alie" or attackers <= peers // 2, "attack",
-               f"alie is defined for at most {peers // 2} attackers among {peers} peers, got {attackers}")
+    resolved = dataclasses.replace(cfg, peers=peers)
+    from p2pfl.registry import check_resolved  # the selected components' rules that need the peer count
+    check_resolved(resolved, _check)
     if cfg.crash is not None:
         from p2pfl.network import parse_crashes
         crashes = parse_crashes(cfg.crash, peers, cfg.seed)
@@ -670,7 +620,6 @@ def resolve(cfg: RunConfig, world_size: int) -> ResolvedRun:
                f"{cfg.crash} crashes all {peers} peers; at least one must stay up")
     if cfg.fault is not None:
         _check_fault_target(cfg.fault, peers, world_size)
-    resolved = dataclasses.replace(cfg, peers=peers)
     if cfg.resume is not None:
         check_resume(resolved)
     return ResolvedRun(resolved, spec)

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from p2pfl.data import load_dataset, supervised_augment, to_geometry
-from p2pfl.data.augment import SimCLRAugment, dataset_stats, simclr_crop_scale
+from p2pfl.data.augment import SimCLRAugment, simclr_crop_scale
 from p2pfl.data.partition import random_subset
 from p2pfl.losses import nt_xent
 from p2pfl.models import SimCLRNet, SupervisedNet, build_encoder
@@ -81,6 +81,15 @@ def training_images(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tenso
     size = args.image_size or int(ds.x_train.shape[2])
     x = to_geometry(ds.x_train[torch.as_tensor(idx)], channels, size)
     return x, ds.y_train[torch.as_tensor(idx)], ds
+
+
+def normalisation(ds: Any, channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The dataset's own per-channel mean and std (the run's: given by it, else its training images'), for
+    `channels`-channel images: its first channel's, repeated, when --channels converts to another count."""
+    mean, std = tuple(ds.mean), tuple(ds.std)
+    if len(mean) != channels:
+        mean, std = (mean[0],) * channels, (std[0],) * channels
+    return mean, std
 
 
 # ------------------------------------------------------------------------------------------------ models
@@ -145,7 +154,7 @@ def pretrain(args: argparse.Namespace) -> dict[str, Any]:
     device = torch.device(args.device)
     x, y, ds = training_images(args)
     channels, size = int(x.shape[1]), int(x.shape[2])
-    mean, std = dataset_stats(ds.name, channels)
+    mean, std = normalisation(ds, channels)
     with tempfile.TemporaryDirectory() as tmp:
         encoder = build_encoder_for(args, channels, size, tmp)
         if args.objective == "supervised":

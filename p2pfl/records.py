@@ -475,8 +475,10 @@ class Partition(TypedDict):
     """What every partition record holds: how the data was split, each peer's size and class counts."""
 
     kind: str
-    alpha: float
+    alpha: float  # --alpha and --beta, whatever the kind (older runs' readers take the label from them)
     beta: float
+    parameters: dict[str, Any]  # the partition's own parameters (p2pfl.data.partitions: Partition.record)
+    label: str  # "dirichlet(alpha=0.5)", "shard(shards_per_peer=2)": how plots and reports name it
     sizes: list[int]
     class_counts: list[list[int]]  # peers x classes
 
@@ -498,6 +500,11 @@ class DatasetInfo(_Dataset, total=False):
     source: str  # a file dataset's path
     seed: int  # synthetic
     noise: float  # synthetic
+    digest: str  # npz:, folder: "sha256:<hex>" of the images and labels as the run holds them
+    mean: list[float]  # npz:, folder: per channel, the training images' (the normalisation used)
+    std: list[float]
+    test_split: float  # npz:, folder: the fraction held out to test, when the files have no test set
+    split_seed: int
 
 
 class ModelInfo(TypedDict):

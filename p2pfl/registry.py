@@ -11,8 +11,12 @@ A component is a class registered with ``@SCHEMES.register("qgm")``. It may decl
   named after the component, shown in `--help`; read as `cfg.<option>`);
 - `capabilities`: a frozenset of words other parts ask about (`registry.capable(...)`) instead of testing names;
 - `check(cfg, check)`: its rules on the rest of the configuration, run when a run selects it
-  (`check(ok, option, message)` raises the one-line ConfigError "--option: message");
+  (`check(ok, option, message)` raises the one-line ConfigError "--option: message"), and
+  `check_resolved(cfg, check)`: those that need the peer count (run by `config.resolve`, `cfg.peers` a number);
 - whatever its kind's base class asks for (its records, its round).
+
+A component may take an argument in its name (``register("npz", argument="PATH")``: ``--dataset npz:/data/x.npz``
+selects it, `get` returns it bound to the argument as `cls.argument`, `--help` shows ``npz:PATH``).
 
 This module imports nothing heavy (no torch): the configuration reads the registries' names for `--help`.
 """
@@ -52,6 +56,11 @@ class Component:
     def check(cls, cfg: Any, check: Check) -> None:
         """Its rules on the rest of a run's configuration (called only when the run selects it)."""
 
+    @classmethod
+    def check_resolved(cls, cfg: Any, check: Check) -> None:
+        """Its rules that need the run completed for its world size (`cfg.peers` a number): called by
+        `config.resolve` when the run selects it, after `check`."""
+
 
 def _canonical(name: str) -> str:
     return name.strip().lower().replace("_", "-")
@@ -66,15 +75,23 @@ class Registry(Generic[C]):
         self.package = package
         self._table: dict[str, type] = {}
         self._aliases: dict[str, str] = {}
+        self._arguments: dict[str, str] = {}  # name -> how --help shows its argument (npz -> PATH)
+        self._bound: dict[str, type] = {}  # "npz:/x.npz" -> the class bound to its argument
         self._loaded = package is None
         self._loading = False
         if kind in KINDS:
             raise ValueError(f"two registries of kind {kind!r}")
         KINDS[kind] = self
 
-    def register(self, name: str, *, aliases: tuple[str, ...] = ()) -> Callable[[C], C]:
-        """Class decorator: register the class under `name` (twice is an error), with its `Options` section."""
+    def register(self, name: str, *, aliases: tuple[str, ...] = (), argument: str | None = None) -> Callable[[C], C]:
+        """Class decorator: register the class under `name` (twice is an error), with its `Options` section.
+
+        With `argument` ("PATH") the component is named with an argument, ``name:ARGUMENT`` (``npz:/data/x.npz``;
+        `--help` shows ``npz:PATH``): `get` returns the class bound to it, a subclass whose `argument` it is.
+        """
         key = _canonical(name)
+        if ":" in key or (argument is not None and not argument):
+            raise ValueError(f"{self.kind} {name!r}: a name holds no ':' and an argument is shown by a word")
 
         def deco(cls: C) -> C:
             if key in self._table or key in self._aliases:
@@ -89,6 +106,9 @@ class Registry(Generic[C]):
             if options is not None:
                 cls.Options = method_options(f"{self.kind}: {key}")(options)
             self._table[key] = cls
+            self._arguments.pop(key, None)  # (a forgotten plug-in's, p2pfl.plugin_scope)
+            if argument is not None:
+                self._arguments[key] = argument
             for alias in aliases:
                 self._aliases[_canonical(alias)] = key
             return cls
@@ -119,21 +139,45 @@ class Registry(Generic[C]):
         return iter(self.names())
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self.resolve(name) in self._table
+        """Whether `name` names a component: a registered name, or ``name:ARGUMENT`` for one taking an argument
+        (whose bare name is not enough)."""
+        if not isinstance(name, str):
+            return False
+        key, argument = self._split(self.resolve(name))
+        return key in self._table and (argument is not None) == (key in self._arguments) and argument != ""
 
     def resolve(self, name: str) -> str:
-        """The registered spelling of `name` (aliases and `_` for `-` accepted)."""
+        """The registered spelling of `name` (aliases and `_` for `-` accepted; an argument kept as written)."""
         self.load()
-        key = _canonical(name)
-        return self._aliases.get(key, key)
+        head, colon, argument = name.partition(":")
+        key = _canonical(head)
+        return self._aliases.get(key, key) + colon + argument
+
+    @staticmethod
+    def _split(key: str) -> tuple[str, str | None]:
+        head, colon, argument = key.partition(":")
+        return head, argument if colon else None
+
+    def choices(self) -> list[str]:
+        """The names as an option's choices: ``npz:PATH`` for one taking an argument; `in` is the registry's."""
+        return _Choices(self)
 
     def get(self, name: str) -> C:
-        """The class registered under `name`; UnknownComponent naming the option and what is allowed."""
-        key = self.resolve(name)
-        if key not in self._table:
+        """The class registered under `name` (bound to its argument for ``name:ARGUMENT``); UnknownComponent
+        naming the option and what is allowed."""
+        key, argument = self._split(self.resolve(name))
+        if key not in self._table or (argument is not None and (key not in self._arguments or not argument)):
             where = f"--{self.option.replace('_', '-')}: " if self.option else ""
-            raise UnknownComponent(f"{where}unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}")
-        return self._table[key]  # type: ignore[return-value]
+            raise UnknownComponent(f"{where}unknown {self.kind} {name!r}; allowed: {', '.join(self.choices())}")
+        cls = self._table[key]
+        if argument is None:
+            return cls  # type: ignore[return-value]
+        bound = self._bound.get(f"{key}:{argument}")
+        if bound is None or bound.__bases__[0] is not cls:  # made once per argument (the same class every time)
+            bound = type(cls.__name__, (cls,), {"argument": argument, "__module__": cls.__module__,
+                                                "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
+            self._bound[f"{key}:{argument}"] = bound
+        return bound  # type: ignore[return-value]
 
     def capable(self, capability: str) -> list[str]:
         """The names of the components that declare `capability`."""
@@ -148,6 +192,18 @@ class Registry(Generic[C]):
         return None if value is None or value not in self else self.get(value)
 
 
+class _Choices(list):
+    """A registry's names as an option's choices (``npz:PATH`` shown for one taking an argument), whose `in`
+    asks the registry (``"npz:/x.npz" in choices``)."""
+
+    def __init__(self, registry: Registry[Any]) -> None:
+        super().__init__(f"{n}:{registry._arguments[n]}" if n in registry._arguments else n for n in registry.names())
+        self.registry = registry
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.registry
+
+
 #: The modules that make the kinds' registries (a new kind adds its module here; a new component edits nothing).
 KIND_MODULES = (
     "p2pfl.gossip.schemes",  # SCHEMES: the decentralised optimisers, --gossip
@@ -157,7 +213,9 @@ KIND_MODULES = (
     "p2pfl.byzantine.attacks",  # ATTACKS: --attack
     "p2pfl.network.clock",  # NETWORK_MODELS: the simulated clock's network
     "p2pfl.data.datasets",  # DATASETS: --dataset
+    "p2pfl.data.partitions",  # PARTITIONS: --partition
     "p2pfl.models.encoders",  # MODELS: --model
+    "p2pfl.modes",  # MODES: --mode, how a run proceeds in time
 )
 
 
@@ -187,5 +245,13 @@ def check_selected(cfg: Any, check: Check) -> None:
     for registry in list(KINDS.values()):
         component = registry.selected(cfg)
         rules = getattr(component, "check", None)
+        if rules is not None:
+            rules(cfg, check)
+
+
+def check_resolved(cfg: Any, check: Check) -> None:
+    """Run the `check_resolved` of every component the resolved configuration selects, like `check_selected`."""
+    for registry in list(KINDS.values()):
+        rules = getattr(registry.selected(cfg), "check_resolved", None)
         if rules is not None:
             rules(cfg, check)

@@ -11,7 +11,6 @@ import numpy as np
 
 import topologies
 from p2pfl import algorithms, plugins
-from p2pfl.async_gossip import AsyncRunner
 from p2pfl.byzantine import Robust, choose_byzantine
 from p2pfl.cli import parse_args
 from p2pfl.comm.placement import Placement
@@ -25,12 +24,12 @@ from p2pfl.gossip.compress.base import scheme_capabilities
 from p2pfl.gossip.compress.records import Compression, describe
 from p2pfl.gossip.schemes import SCHEMES
 from p2pfl.method import Algorithm
+from p2pfl.modes import MODES
 from p2pfl.network import NetworkSchedule
 from p2pfl.network import clock as network_clock
 from p2pfl.network.mixing_rate import network_p
 from p2pfl.network.schedule import NetworkOptions
 from p2pfl.records import Host, Seeds
-from p2pfl.runner import Runner
 from p2pfl.runtime.allocator import keep_freed_memory
 from p2pfl.runtime.checkpoint import verify_checkpoint
 from p2pfl.runtime.device import configure_determinism, select_device
@@ -140,9 +139,7 @@ def build_network(cfg: RunConfig, described: bool = True) -> tuple[nx.Graph, Net
         option = f"--crash {cfg.crash}" if cfg.crash else f"--topology {cfg.topology}"
         raise ValueError(f"{option}: peer(s) {lonely} would have no neighbour up in any round")
     SCHEMES.get(cfg.gossip).check_network(schedule, graph, cfg.rounds)
-    if cfg.mode == "async" and (schedule.kind != "static" or schedule.directed):
-        raise ValueError(f"--mode async: averages pairwise over a static undirected graph; --topology "
-                         f"{cfg.topology} is {'one-way' if schedule.directed else 'a changing network'}")
+    MODES.get(cfg.mode).check_network(cfg, schedule)
     if not described:
         return graph, schedule, None
     record = topologies.describe(*shown_weights(schedule, cfg.rounds), gamma=cfg.n_eff_gamma)
@@ -223,7 +220,7 @@ def execute(world: World, run: ResolvedRun, started: float | None = None) -> Pat
         cfg = run.cfg
         try:
             algorithm = build_algorithm(ctx)
-            runner = (AsyncRunner if cfg.mode == "async" else Runner)(ctx, algorithm)
+            runner = MODES.get(cfg.mode).runner()(ctx, algorithm)
             if cfg.resume is not None:
                 agree(world, runner.restore)
                 if ctx.folder is not None:

@@ -145,3 +145,22 @@ def test_an_attackers_memory_is_checkpointed_so_the_resumed_run_is_exact(tmp_pat
     cut, whole = (normalise(tmp_path / name / "metrics.jsonl") for name in ("cut", "whole"))
     assert [r for r in cut if r["type"] == "round"] == [r for r in whole if r["type"] == "round"]
     assert cut[-1] == whole[-1]
+
+
+def test_an_attack_plugins_own_option_reaches_what_it_sends(tmp_path: Path) -> None:
+    """examples/plugins/attack.py flips each coordinate's sign with probability --flip-prob: at 1 it is the built-in
+    sign-flip, so the run equals a sign-flip run bit for bit; at 0.5 the attackers send something else, so the run
+    differs. Both only if the run's value of the plug-in's option reaches `Attack.send` (its default is 0.5)."""
+    from conftest import ROOT, run_job
+
+    common = ["--algorithm", "consensus", "--peers", "5", "--rounds", "3", "--vector-size", "64", "--eval-every",
+              "0", "--topology", "complete", "--byzantine", "1", "--aggregator", "mean", "--attack-scale", "2",
+              "--no-progress", "--no-plots", "--out", str(tmp_path)]
+    plugin = ["--plugin", str(ROOT / "examples" / "plugins" / "attack.py"), "--attack", "random-sign"]
+    for name, extra in {"built-in": ["--attack", "sign-flip"], "all": [*plugin, "--flip-prob", "1"],
+                        "half": [*plugin, "--flip-prob", "0.5"]}.items():
+        proc = run_job(["-m", "p2pfl.run", *common, *extra, "--name", name], ranks=0)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    built_in, every, half = (normalise(tmp_path / name / "metrics.jsonl") for name in ("built-in", "all", "half"))
+    assert every == built_in and every[-1]["type"] == "eval"
+    assert half[-1]["metrics"]["mean_shift"] != built_in[-1]["metrics"]["mean_shift"]

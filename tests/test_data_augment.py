@@ -8,8 +8,10 @@ import torchvision.transforms.functional as TF
 
 from p2pfl.data import augment as A
 from p2pfl.data.augment import SimCLRAugment, normalize, supervised_augment
+from p2pfl.data.datasets.cifar10 import CIFAR10
+from p2pfl.data.datasets.fashion_mnist import FashionMNIST
 
-MEAN3, STD3 = A.dataset_stats("cifar10")
+MEAN3, STD3 = CIFAR10.mean, CIFAR10.std
 
 
 def images(b=16, c=3, s=32, seed=0):
@@ -24,7 +26,8 @@ def gen(seed):
 @pytest.mark.parametrize("channels,size", [(3, 32), (1, 28)])
 def test_simclr_shapes_ranges_and_normalisation(channels, size):
     x = images(32, channels, size)
-    mean, std = A.dataset_stats("cifar10" if channels == 3 else "fashion-mnist")
+    dataset = CIFAR10 if channels == 3 else FashionMNIST
+    mean, std = dataset.mean, dataset.std
     aug = SimCLRAugment(size, channels, mean, std)
     raw = aug.unnormalized(x, gen(1))
     assert raw.shape == x.shape and raw.dtype == torch.float32

@@ -39,6 +39,17 @@ def line_of(page: str, option: str) -> str:
     return found[0]
 
 
+def components_options() -> dict[str, str]:
+    """Each registered component's own option, with the word `--help` takes for its kind."""
+    from p2pfl.registry import KINDS, load_all
+
+    load_all()
+    return {f.name: (registry.option or registry.kind).replace("_", "-").replace(" ", "-")
+            for registry in KINDS.values() for name in registry.names()
+            if getattr(registry.get(name), "Options", None) is not None
+            for f in dataclasses.fields(registry.get(name).Options)}
+
+
 def owners() -> dict[str, list[str]]:
     """The values each closed option allows, read from where they live: the method catalogue, the topologies, the
     registries of components (p2pfl.registry) and the tuples the core declares."""
@@ -58,13 +69,27 @@ def owners() -> dict[str, list[str]]:
 def test_the_page_is_short_and_names_every_closed_options_choices(capsys) -> None:
     page = helped(["--help"], capsys)
     assert len(page.splitlines()) < MOST_LINES
+    own = components_options()
     for option, allowed in owners().items():
-        line = line_of(page, option)
+        line = own_line(page, option, own[option]) if option in own else line_of(page, option)
         assert all(name in line for name in allowed), (option, allowed, line)
     for option in CLOSED:
         assert "{" in line_of(page, option), option
-    for f in options():  # one line an option
-        line_of(page, f.name)
+    for f in options():  # one line a core option; a component's own options on one line of its kind
+        if f.name in own:
+            own_line(page, f.name, own[f.name])
+        else:
+            line_of(page, f.name)
+
+
+def own_line(page: str, option: str, kind: str) -> str:
+    """A component's option on its kind's line of the short page: the flag and, for a closed one, its choices."""
+    found = [line for line in page.splitlines() if line.startswith(f"  {kind}: ")]
+    assert len(found) == 1, (kind, found)
+    entries = found[0].split(": ", 1)[1].split(", ")
+    entry = [e for e in entries if e.split()[0] == _flag(option)]
+    assert len(entry) == 1, (option, found[0])
+    return entry[0]
 
 
 def test_the_page_shows_the_defaults_the_named_method_runs_with(capsys) -> None:

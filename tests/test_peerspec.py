@@ -101,3 +101,55 @@ def test_presets_are_valid(config: str) -> None:
     assert 6 <= spec.n_peers <= 12
     assert len({e.model for e in spec.peers}) >= 3 and len({e.task for e in spec.peers}) == 3
     assert spec.public_dataset == "cifar10" and spec.public_size == 5000
+
+
+FOUR_SQUARES = '''
+import numpy as np
+
+from p2pfl.data.datasets import DATASETS, Arrays, Dataset
+
+
+@DATASETS.register("four-squares")
+class FourSquares(Dataset):
+    """Four classes, the bright quadrant of a 16x16 gray image; classes 0 and 2 are the coarse class 0."""
+
+    num_classes = 4
+    coarse_classes = {coarse}
+
+    def load(self) -> Arrays:
+        rng = np.random.default_rng(0)
+        y = np.arange(160) % 4
+        x = rng.uniform(0, 0.3, (160, 16, 16)).astype(np.float32)
+        for k in range(4):
+            x[y == k, 8 * (k // 2):8 * (k // 2) + 8, 8 * (k % 2):8 * (k % 2) + 8] += 0.6
+        return Arrays(x[:128], y[:128], x[128:], y[128:])
+'''
+
+
+def test_a_plugin_dataset_declaring_a_coarse_split_runs_the_coarse_task(tmp_path: Path) -> None:
+    """cifar10-coarse asks the dataset component for its split (`coarse_classes`), not its name: a plug-in dataset
+    that declares one runs it (two outputs, its classes 0 and 2 against 1 and 3), one that does not is refused with
+    the datasets that do."""
+    import torch
+
+    from p2pfl.fedmuscle.tasks import coarse_labels
+
+    assert coarse_labels(torch.arange(4), (0, 2), 4).tolist() == [0, 1, 0, 1]
+    spec = write_yaml(tmp_path / "spec.yaml", {"public": {"dataset": "four-squares", "size": 32}, "groups": [
+        {"count": 2, "model": "simple-cnn", "task": "cifar10-coarse", "dataset": "four-squares"}]})
+    common = ["-m", "p2pfl.run", "--algorithm", "fedmuscle", "--peers", "2", "--rounds", "1", "--peers-spec",
+              str(spec), "--local-steps", "1", "--batch-size", "8", "--rep-dim", "8", "--public-batch", "4",
+              "--topology", "complete", "--out", str(tmp_path / "runs"), "--no-progress", "--no-plots"]
+    for name, coarse in (("split", "(0, 2)"), ("none", "None")):
+        plugin = tmp_path / name / "four_squares.py"
+        plugin.parent.mkdir()
+        plugin.write_text(FOUR_SQUARES.replace("{coarse}", coarse))
+        proc = run_job([*common, "--plugin", str(plugin), "--name", name], ranks=0)
+        if name == "split":
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            manifest = yaml.safe_load((tmp_path / "runs" / name / "manifest.json").read_text())
+            assert [m["outputs"] for m in manifest["models"]] == [2]
+        else:
+            assert proc.returncode == 2
+            assert ("task 'cifar10-coarse' needs a 10-class CIFAR-like dataset (cifar10, synthetic), not "
+                    "'four-squares'") in proc.stderr

@@ -151,3 +151,20 @@ def test_cli_refuses_bad_input_with_one_line(tmp_path: Path) -> None:
                     str(write_yaml(tmp_path / "r.yaml", {"algorithm": "dec-ssl"})), "--out", str(tmp_path / "y")],
                    ranks=0)
     assert proc.returncode == 2 and "the run has no peers_spec" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_pretraining_normalises_with_the_datasets_own_statistics() -> None:
+    """The mean/std come from the dataset (a dataset's own, else its training images'), not from a table of
+    names: a dataset p2pfl does not know gets its images' statistics, not 0.5/0.25; --channels converting to
+    another count repeats the first channel's."""
+    from p2pfl.data.datasets import Arrays, assemble
+    from p2pfl.data.datasets.cifar10 import CIFAR10
+    from p2pfl.pretrain import normalisation
+
+    x = torch.arange(2 * 3 * 4 * 4, dtype=torch.uint8).reshape(2, 3, 4, 4)
+    unknown = assemble("unknown", Arrays(x, np.array([0, 1]), x, np.array([1, 0])))
+    xf = x.double() / 255
+    assert normalisation(unknown, 3) == (tuple(xf.mean(dim=(0, 2, 3)).tolist()), tuple(xf.std(dim=(0, 2, 3)).tolist()))
+    cifar = assemble("cifar10", Arrays(x, np.array([0, 1]), x, np.array([1, 0]), mean=CIFAR10.mean, std=CIFAR10.std))
+    assert normalisation(cifar, 3) == ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
+    assert normalisation(cifar, 1) == ((0.4914,), (0.2470,))

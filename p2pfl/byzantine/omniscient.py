@@ -11,6 +11,7 @@ sends i the same vector.
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
 import torch
 
@@ -21,12 +22,13 @@ class Adversary:
     """The omniscient attackers of a run: `forge` gives a receiver's inbox with its Byzantine senders' messages
     replaced by the attack made for it."""
 
-    def __init__(self, attack: str, byzantine: Collection[int], n_peers: int, scale: float) -> None:
+    def __init__(self, attack: str, byzantine: Collection[int], n_peers: int, scale: float,
+                 options: Any = None) -> None:
         made = ATTACKS.get(attack)
         if "omniscient" not in made.capabilities:
             raise ValueError(f"--attack {attack} is sent by the attacker, not made on the receiver's side")
         self.attack, self.byzantine, self.scale = attack, frozenset(byzantine), scale
-        self.made = made(self.byzantine, n_peers, scale)
+        self.made = made(self.byzantine, n_peers, scale, **({} if options is None else {"options": options}))
 
     def forge(self, receiver: int, own: torch.Tensor, received: dict[int, torch.Tensor],
               row: list[tuple[int, float]]) -> dict[int, torch.Tensor]:

@@ -27,18 +27,18 @@ class Robust:
     peers: int = 0
     #: The aggregator's and the attack's own options (their `Options` sections), by option name.
     options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    #: The attack's `Options` as the run holds them (None: its defaults, or it declares none).
+    attack_options: Any = field(default=None, hash=False, compare=False)
 
     @classmethod
     def from_config(cls, cfg: Any, byzantine: frozenset[int], peers: int) -> Robust:
         """The run's attackers (`byzantine`, chosen by `choose_byzantine`) and defence among `peers` peers."""
         from p2pfl.byzantine.aggregators import AGGREGATORS
         from p2pfl.byzantine.attacks import ATTACKS
-        own: dict[str, Any] = {}
-        for component in (AGGREGATORS.get(cfg.aggregator), ATTACKS.get(cfg.attack)):
-            section = options_of(component, cfg)
-            own.update(asdict(section) if section is not None else {})
+        defence, attack = options_of(AGGREGATORS.get(cfg.aggregator), cfg), options_of(ATTACKS.get(cfg.attack), cfg)
+        own = {**(asdict(defence) if defence is not None else {}), **(asdict(attack) if attack is not None else {})}
         return cls(byzantine, attack=cfg.attack, scale=cfg.attack_scale, aggregator=cfg.aggregator, trim=cfg.trim,
-                   peers=peers, options=own)
+                   peers=peers, options=own, attack_options=attack)
 
     @cached_property
     def defence(self) -> Any:
@@ -47,10 +47,25 @@ class Robust:
         return AGGREGATORS.get(self.aggregator)
 
     @cached_property
-    def attacker(self) -> Any:
+    def attack_class(self) -> Any:
         """The attack's class (looked up once, not per message)."""
         from p2pfl.byzantine.attacks import ATTACKS
         return ATTACKS.get(self.attack)
+
+    @cached_property
+    def own_attack_options(self) -> Any:
+        """The attack's own `Options`: the run's, else their defaults (None when it declares none)."""
+        return self.attack_options if self.attack_options is not None else options_of(self.attack_class, None)
+
+    @cached_property
+    def attacker(self) -> Any:
+        """The attack made on the attacker's side, with its own options (made once, not per message)."""
+        return self.attack_class(self.own_attack_options)
+
+    def adversary(self) -> Any:
+        """The receiver's side of an omniscient attack (p2pfl.byzantine.omniscient), with its own options."""
+        from p2pfl.byzantine.omniscient import Adversary
+        return Adversary(self.attack, self.byzantine, self.peers, self.scale, self.own_attack_options)
 
     @property
     def active(self) -> bool:
@@ -60,7 +75,7 @@ class Robust:
     @property
     def omniscient(self) -> bool:
         """Whether the attack is made on the receiver's side from its inbox (p2pfl.byzantine.omniscient)."""
-        return "omniscient" in self.attacker.capabilities
+        return "omniscient" in self.attack_class.capabilities
 
 
 class Scratch:

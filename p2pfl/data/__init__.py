@@ -4,9 +4,7 @@ Everything here is a pure function of (seed, K) or of (seed, peer, purpose) stre
 so results never depend on how peers are placed on processes.
 """
 from p2pfl.data.augment import (
-    DATASET_STATS,
     SimCLRAugment,
-    dataset_stats,
     normalize,
     simclr_crop_scale,
     supervised_apply,
@@ -24,19 +22,12 @@ from p2pfl.data.datasets import (
     synthetic_dataset,
 )
 from p2pfl.data.loader import PeerData
-from p2pfl.data.partition import (
-    PARTITIONS,
-    PartitionError,
-    class_counts,
-    partition,
-    random_subset,
-    rotate_images,
-    rotation_groups,
-)
+from p2pfl.data.partition import random_subset, rotate_images, rotation_groups
+from p2pfl.data.partitions import PARTITIONS, PartitionError, class_counts, partition
 
 __all__ = [
-    "DATASETS", "DATASET_STATS", "DatasetNotFound", "ImageDataset", "PARTITIONS", "PartitionError", "PeerData",
-    "SimCLRAugment", "class_counts", "data_root", "dataset_stats", "ensure_dataset",
+    "DATASETS", "DatasetNotFound", "ImageDataset", "PARTITIONS", "PartitionError", "PeerData",
+    "SimCLRAugment", "class_counts", "data_root", "ensure_dataset",
     "load_dataset", "normalize", "simclr_crop_scale", "partition", "random_subset", "rotate_images",
     "rotation_groups", "supervised_apply", "supervised_augment", "supervised_draw", "synthetic_dataset",
     "to_geometry",

@@ -18,24 +18,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-# Per-channel mean and std of the training images, in [0, 1] units.
-DATASET_STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-    "fashion-mnist": ((0.2860,), (0.3530,)),
-    "synthetic": ((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
-}
-
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale
-
-
-def dataset_stats(name: str, channels: int | None = None) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(mean, std) per channel for a dataset name; unknown names get 0.5 / 0.25. ``channels`` trims or
-    repeats the tuples to that many channels."""
-    mean, std = DATASET_STATS.get(name, ((0.5,), (0.25,)))
-    if channels is not None and len(mean) != channels:
-        mean, std = (mean[0],) * channels, (std[0],) * channels
-    return tuple(mean), tuple(std)
 
 
 def to_float(x: torch.Tensor) -> torch.Tensor:

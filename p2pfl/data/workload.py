@@ -9,7 +9,9 @@ import torch
 
 from p2pfl.data.datasets import ImageDataset, ensure_dataset, load_dataset
 from p2pfl.data.loader import PeerData
-from p2pfl.data.partition import class_counts, partition, random_subset, rotate_images, rotation_groups
+from p2pfl.data.partition import random_subset, rotate_images, rotation_groups
+from p2pfl.data.partitions import class_counts, partition
+from p2pfl.data.partitions import record as partition_record
 
 
 @dataclass
@@ -62,11 +64,10 @@ def load_workload(cfg: Any, n_peers: int, world: Any) -> Workload:
         dataset.x_train = dataset.x_train[keep]
         dataset.y_train = dataset.y_train[keep]
     labels = dataset.y_train.numpy()
-    parts = partition(labels, n_peers, cfg.partition, cfg.seed, alpha=cfg.alpha, beta=cfg.beta,
-                      min_size=cfg.min_size, num_classes=dataset.num_classes, size_band=cfg.size_band)
+    parts = partition(labels, n_peers, cfg.partition, cfg.seed, num_classes=dataset.num_classes, cfg=cfg)
     groups = rotation_groups(n_peers, cfg.rotate_groups)
     counts = class_counts(parts, labels, dataset.num_classes)
-    manifest = {"partition": {"kind": cfg.partition, "alpha": cfg.alpha, "beta": cfg.beta,
+    manifest = {"partition": {**partition_record(cfg),
                               "sizes": [int(p.size) for p in parts], "class_counts": counts.tolist(),
                               "classes": list(dataset.classes), "rotation_groups": groups},
                 "dataset": {"name": dataset.name, "train": int(dataset.x_train.shape[0]),

@@ -52,6 +52,7 @@ from p2pfl.fedmuscle.records import TASK_METRIC, TASK_METRIC_NAME, MuscleSummary
 from p2pfl.losses.align import GRAM_LABEL_SMOOTHING, align_loss, align_temperatures, anchor_gradient_cosine
 from p2pfl.method import Phase
 from p2pfl.models import RepresentationNet, SupervisedNet, build_encoder, count_parameters, init_model
+from p2pfl.models.encoders import takes
 from p2pfl.models.pretrained import load_into
 from p2pfl.network import RoundNetwork
 from p2pfl.options import Check, method_options, opt, owned
@@ -155,9 +156,8 @@ class FedMuscle(LocalTrainer):
     def load_spec(self) -> PeersSpec:
         """The run's --peers-spec (read once, when the run was resolved), else every peer on --model/--dataset."""
         cfg = self.cfg
-        if cfg.peers_spec is None:
-            opts = {"lora_rank": cfg.lora_rank} if cfg.model.startswith("hf:") else {}
-            return uniform_spec(self.ctx.n_peers, cfg.model, cfg.dataset, cfg.public_size, opts)
+        if cfg.peers_spec is None:  # --lora-rank reaches a model that takes it in `build_model`
+            return uniform_spec(self.ctx.n_peers, cfg.model, cfg.dataset, cfg.public_size)
         assert self.ctx.spec is not None, "a run with --peers-spec carries its spec (p2pfl.config.resolve)"
         return self.ctx.spec
 
@@ -176,7 +176,7 @@ class FedMuscle(LocalTrainer):
         assert self.work is not None
         task = self.work.tasks[peer]
         opts = dict(task.entry.model_options)
-        if task.entry.model.startswith("hf:"):
+        if takes(task.entry.model, "lora_rank"):  # hf:PATH's adapters
             opts.setdefault("lora_rank", self.cfg.lora_rank)
         encoder = build_encoder(task.entry.model, task.channels, task.image_size, **opts)
         sup = SupervisedNet(encoder, task.outputs)

@@ -25,9 +25,11 @@ import numpy as np
 import torch
 
 from p2pfl.data.augment import to_geometry
-from p2pfl.data.datasets import ImageDataset, load_dataset
+from p2pfl.data.datasets import DATASETS, ImageDataset, load_dataset
 from p2pfl.data.loader import PeerData
-from p2pfl.data.partition import class_counts, partition, random_subset
+from p2pfl.data.partition import random_subset
+from p2pfl.data.partitions import class_counts, partition
+from p2pfl.data.partitions import record as partition_record
 from p2pfl.data.workload import prepare_datasets
 from p2pfl.fedmuscle.peerspec import PeerEntry, PeersSpec, dataset_key
 from p2pfl.fedmuscle.tasks import keep_labels, make_task, split_public, task_outputs
@@ -138,8 +140,7 @@ def _partition_groups(groups: list[list[PeerEntry]], pools: dict[int, np.ndarray
         labels = ds.y_train[torch.as_tensor(pool)].numpy()
         seed = cfg.seed if g == 0 else stream_seed(cfg.seed, SHARED, f"partition/group{g}")
         try:
-            split = partition(labels, len(members), cfg.partition, seed, alpha=cfg.alpha, beta=cfg.beta,
-                              min_size=cfg.min_size, num_classes=ds.num_classes)
+            split = partition(labels, len(members), cfg.partition, seed, num_classes=ds.num_classes, cfg=cfg)
         except ValueError as exc:
             raise ValueError(f"--peers-spec: task group {g} ({e0.task} on {e0.dataset_key}, {len(members)} "
                              f"peers, {pool.size} images): {exc}") from None
@@ -172,14 +173,16 @@ def load_multitask_workload(spec: PeersSpec, cfg: Any, world: Any, local_peers: 
         e = spec.peers[p]
         ds = datasets.get(e.dataset, e.dataset_options)
         idx = torch.as_tensor(parts[p])
-        x, y = make_task(e.task, e.labels, ds.x_train[idx], ds.y_train[idx], ds.num_classes, cfg.seed, p, "train")
+        coarse = DATASETS.get(e.dataset).coarse_classes or ()  # its coarse split (peerspec: set for cifar10-coarse)
+        x, y = make_task(e.task, e.labels, ds.x_train[idx], ds.y_train[idx], ds.num_classes, cfg.seed, p, "train",
+                         coarse)
         g = group_of[p]
         if g not in tests:
             keep = np.flatnonzero(keep_labels(ds.y_test, e.labels))
             if spec.test_subset is not None:
                 keep = random_subset(keep, spec.test_subset, cfg.seed, f"test-subset/{e.dataset_key}")
             xt, yt = ds.x_test[torch.as_tensor(keep)], ds.y_test[torch.as_tensor(keep)]
-            xt, yt = make_task(e.task, e.labels, xt, yt, ds.num_classes, cfg.seed, SHARED, "test")
+            xt, yt = make_task(e.task, e.labels, xt, yt, ds.num_classes, cfg.seed, SHARED, "test", coarse)
             tests[g] = (xt.to(device), yt.to(device))
         task = PeerTask(entry=e, data=PeerData(x, y, peer=p, seed=cfg.seed, device=device), test=tests[g],
                         mean=tuple(ds.mean), std=tuple(ds.std), channels=ds.channels, image_size=ds.image_size,
@@ -194,7 +197,7 @@ def load_multitask_workload(spec: PeersSpec, cfg: Any, world: Any, local_peers: 
         "peers_spec": spec.manifest(),
         "public": {"dataset": spec.public_key, "size": n_public, "batch": cfg.public_batch, "rep_dim": cfg.rep_dim,
                    "source": spec.source, "conversion": PUBLIC_CONVERSION},
-        "partition": {"kind": cfg.partition, "alpha": cfg.alpha, "beta": cfg.beta, "within": "task group",
+        "partition": {**partition_record(cfg), "within": "task group",
                       "sizes": [int(parts[p].size) for p in range(n)],
                       "class_counts": [counts[p] + [0] * (width - len(counts[p])) for p in range(n)],
                       "task_groups": [group_of[p] for p in range(n)]},

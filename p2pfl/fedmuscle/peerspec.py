@@ -21,7 +21,8 @@ A peers-spec file (``--peers-spec FILE``) is YAML::
 
 Tasks: a dataset name (``cifar10``, ``fashion-mnist``, ``cifar100``, ``synthetic``) or ``classify`` is
 single-label classification of the group's dataset (over ``labels`` when given, re-indexed 0..L-1);
-``cifar10-coarse`` is vehicle (classes 0, 1, 8, 9) vs animal; ``mosaic`` is multi-label (2x2 mosaics of
+``cifar10-coarse`` is vehicle (classes 0, 1, 8, 9) vs animal, on a dataset that declares such a split
+(`Dataset.coarse_classes`: cifar10, synthetic, a plug-in's own); ``mosaic`` is multi-label (2x2 mosaics of
 downsampled images, multi-hot over the L classes). The task names the kind of target; ``dataset`` names the
 images, so ``task: cifar10, dataset: synthetic`` is a 10-class task on synthetic images (for tests).
 
@@ -37,8 +38,9 @@ from typing import Any
 
 import yaml
 
-from p2pfl.data.datasets import canonical_name
+from p2pfl.data.datasets import DATASETS, canonical_name, load_dataset
 from p2pfl.fedmuscle.tasks import CLASSIFICATION_TASKS, MULTILABEL_TASKS
+from p2pfl.models.encoders import MODELS, model_choices
 from p2pfl.yamlfile import safe_load
 
 #: task -> the dataset it reads by default (None: the run's --dataset).
@@ -52,9 +54,6 @@ TASK_DATASET: dict[str, str | None] = {
     "classify": None,
 }
 TASKS = tuple(TASK_DATASET)
-#: Datasets with the CIFAR-10 class order that cifar10-coarse relies on (synthetic just has 10 classes).
-COARSE_DATASETS = ("cifar10", "synthetic")
-NUM_CLASSES = {"cifar10": 10, "fashion-mnist": 10, "cifar100": 100}
 SYNTHETIC_OPTIONS = ("num_train", "num_test", "num_classes", "channels", "image_size", "seed", "noise")
 
 _GROUP_KEYS = ("peers", "count", "model", "model_options", "task", "dataset", "dataset_options", "labels", "name",
@@ -200,10 +199,15 @@ def _dataset(name: Any, options: dict, source: str, where: str) -> str:
 
 
 def dataset_classes(dataset: str, options: dict | None = None) -> int:
-    """How many classes a dataset has."""
-    if dataset == "synthetic":
-        return int((options or {}).get("num_classes", 10))
-    return NUM_CLASSES[dataset]
+    """How many classes a dataset has: its `num_classes` option (the synthetic set's), else what its component
+    declares, else counted from its labels (a dataset that declares none is loaded once here)."""
+    declared = (options or {}).get("num_classes", DATASETS.get(dataset).num_classes)
+    return int(declared) if declared is not None else load_dataset(dataset, **(options or {})).num_classes
+
+
+def coarse_datasets() -> list[str]:
+    """The datasets whose classes split in two coarse ones (`Dataset.coarse_classes`): cifar10-coarse's."""
+    return [name for name in DATASETS if DATASETS.get(name).coarse_classes is not None]
 
 
 def _labels(labels: Any, task: str, dataset: str, n_classes: int, source: str, where: str
@@ -256,12 +260,14 @@ def _group(group: Any, next_peer: int, source: str, where: str, default_dataset:
     dataset = _dataset(ds_name, dataset_options, source, where)
     if task in ("cifar10", "fashion-mnist", "cifar100") and dataset not in (task, "synthetic"):
         raise _fail(source, where, f"task {task!r} reads dataset {task!r} (or synthetic), not {dataset!r}")
-    if task == "cifar10-coarse" and dataset not in COARSE_DATASETS:
+    component = DATASETS.get(dataset)
+    if task == "cifar10-coarse" and component.coarse_classes is None:
         raise _fail(source, where, f"task 'cifar10-coarse' needs a 10-class CIFAR-like dataset "
-                                   f"({', '.join(COARSE_DATASETS)}), not {dataset!r}")
+                                   f"({', '.join(coarse_datasets())}), not {dataset!r}")
     n_classes = dataset_classes(dataset, dataset_options)
-    if task == "cifar10-coarse" and n_classes != 10:
-        raise _fail(source, where, f"task 'cifar10-coarse' needs 10 classes, the dataset has {n_classes}")
+    split_of = component.num_classes  # the class count its coarse split is declared for (None: its own)
+    if task == "cifar10-coarse" and n_classes != (n_classes if split_of is None else split_of):
+        raise _fail(source, where, f"task 'cifar10-coarse' needs {split_of} classes, the dataset has {n_classes}")
     labels = _labels(group.get("labels"), task, dataset, n_classes, source, where)
     model_options = _mapping(group.get("model_options"), source, where, "model_options")
     return ids, dict(model=model, task=task, dataset=dataset, model_options=model_options,
@@ -276,7 +282,7 @@ def _init(init: Any, model: str, source: str, where: str, check: bool = True) ->
         return None
     if not isinstance(init, str) or not init:
         raise _fail(source, where, f"init must be a file path, got {init!r}")
-    if model.startswith("hf:"):
+    if model in model_choices() and model not in MODELS:  # a prefix form (hf:PATH), not a registered family
         raise _fail(source, where, "init is for built-in models; an hf: model loads its own folder "
                                    "(python -m p2pfl.pretrain --model hf-vit writes one)")
     for candidate in (init, os.path.join(os.path.dirname(source), init)):

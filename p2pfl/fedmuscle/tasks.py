@@ -2,7 +2,8 @@
 
 Tasks on CIFAR-10 images (any 10-class dataset works the same way):
 - ``cifar10``: the 10-class labels, unchanged;
-- ``cifar10-coarse``: 2 classes, vehicle (airplane, automobile, ship, truck: 0, 1, 8, 9) = 0 vs animal = 1;
+- ``cifar10-coarse``: 2 classes, vehicle (airplane, automobile, ship, truck: 0, 1, 8, 9) = 0 vs animal = 1 (on
+  another dataset, the split its component declares: `Dataset.coarse_classes`);
 - ``mosaic``: multi-label; each sample is a 2×2 mosaic of four images, each downsampled 2× (average of 2×2
   pixels) so the mosaic keeps the input size (32×32), with a 10-dim multi-hot target of the classes present.
 
@@ -10,6 +11,8 @@ Tasks on CIFAR-10 images (any 10-class dataset works the same way):
 holds out an unlabeled public part of the training set.
 """
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -23,11 +26,12 @@ CLASSIFICATION_TASKS = ("cifar10", "fashion-mnist", "cifar100", "synthetic", "cl
 MULTILABEL_TASKS = ("mosaic",)
 
 
-def coarse_labels(y: torch.Tensor) -> torch.Tensor:
-    """CIFAR-10 labels → 0 for vehicles (0, 1, 8, 9), 1 for animals (int64)."""
-    vehicle = torch.zeros(10, dtype=torch.bool, device=y.device)
-    vehicle[list(VEHICLE_CLASSES)] = True
-    return (~vehicle[y.long()]).long()
+def coarse_labels(y: torch.Tensor, coarse: Sequence[int] = VEHICLE_CLASSES, num_classes: int = 10) -> torch.Tensor:
+    """Labels of `num_classes` classes → 0 for the classes of `coarse` (CIFAR-10's vehicles 0, 1, 8, 9), 1 for the
+    others (animals), int64."""
+    first = torch.zeros(num_classes, dtype=torch.bool, device=y.device)
+    first[list(coarse)] = True
+    return (~first[y.long()]).long()
 
 
 def make_mosaic(x: torch.Tensor, y: torch.Tensor, n: int, seed: int, peer: int = SHARED,
@@ -88,13 +92,15 @@ def task_outputs(task: str, labels: tuple[int, ...] | None, num_classes: int) ->
 
 
 def make_task(task: str, labels: tuple[int, ...] | None, x: torch.Tensor, y: torch.Tensor, num_classes: int,
-              seed: int, peer: int, purpose: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images and dataset labels (already restricted to ``labels``) -> the task's inputs and targets.
-    Mosaics draw their sources from ``numpy_rng(seed, peer, "mosaic-" + purpose)``."""
+              seed: int, peer: int, purpose: str, coarse: Sequence[int] = VEHICLE_CLASSES
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images and dataset labels (already restricted to ``labels``) -> the task's inputs and targets (`coarse`: the
+    dataset's first coarse class, `Dataset.coarse_classes`). Mosaics draw their sources from
+    ``numpy_rng(seed, peer, "mosaic-" + purpose)``."""
     if task in CLASSIFICATION_TASKS:
         return x, reindex(y, labels)
     if task == "cifar10-coarse":
-        return x, coarse_labels(y)
+        return x, coarse_labels(y, coarse, num_classes)
     n_out = task_outputs(task, labels, num_classes)
     return make_mosaic(x, reindex(y, labels), x.shape[0], seed, peer, "mosaic-" + purpose, num_classes=n_out)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from p2pfl.byzantine import Adversary, Robust, Scratch
+from p2pfl.byzantine import Robust, Scratch
 from p2pfl.comm.world import World
 from p2pfl.gossip.checked import CheckedExchange, Events, Tamper
 from p2pfl.gossip.codec import Attacking, Codec, Poisoned
@@ -56,7 +56,7 @@ class Gossip:
         other attacks (made by the sender's codec) and without attackers."""
         if not self.robust.byzantine or not self.robust.omniscient:
             return None
-        adversary = Adversary(self.robust.attack, self.robust.byzantine, self.robust.peers, self.robust.scale)
+        adversary = self.robust.adversary()
         return lambda p, got: adversary.forge(p, vectors[p], got, net.row(p, sizes))
 
     @property

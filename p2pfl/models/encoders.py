@@ -87,4 +87,18 @@ def build_encoder(name: str, in_channels: int, image_size: int, cfg: Any = None,
     return encoder
 
 
-__all__ = ["HF_PREFIX", "MODELS", "Model", "build_encoder", "encoder_names", "model_choices"]
+def takes(name: str, option: str) -> bool:
+    """Whether encoder `name`'s family takes the keyword option `option` (hf:'s lora_rank), so a caller passes it
+    only to those that do."""
+    if name.startswith(HF_PREFIX):
+        from p2pfl.models.hf import HFEncoder
+
+        builder: Callable[..., Any] = HFEncoder
+    elif name in MODELS:
+        builder = MODELS.get(name).build
+    else:
+        return False
+    return option in inspect.signature(builder).parameters
+
+
+__all__ = ["HF_PREFIX", "MODELS", "Model", "build_encoder", "encoder_names", "model_choices", "takes"]

@@ -10,10 +10,13 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 from statistics import NormalDist
+from typing import Any
 
 import torch
 
 from p2pfl.byzantine.attacks import ATTACKS, Omniscient
+from p2pfl.byzantine.robust import choose_byzantine
+from p2pfl.options import Check
 
 
 @ATTACKS.register("alie")
@@ -25,6 +28,15 @@ class Alie(Omniscient):
     def __init__(self, byzantine: Collection[int], n_peers: int, scale: float) -> None:
         super().__init__(byzantine, n_peers, scale)
         self.z = alie_z(n_peers, len(self.byzantine))
+
+    @classmethod
+    def check_resolved(cls, cfg: Any, check: Check) -> None:
+        """z is defined for at most half the peers attacking (`alie_z`): refused once the peer count is known."""
+        if cfg.byzantine is None:
+            return
+        attackers = len(choose_byzantine(cfg.byzantine, cfg.peers, cfg.seed))
+        check(attackers <= cfg.peers // 2, "attack",
+              f"alie is defined for at most {cfg.peers // 2} attackers among {cfg.peers} peers, got {attackers}")
 
     def message(self, own: torch.Tensor, received: dict[int, torch.Tensor], row: list[tuple[int, float]]
                 ) -> torch.Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -78,6 +78,12 @@ class Dataset(Component):
 
     #: Its options, read from the run's configuration (their defaults outside a run); None without `Options`.
     options: Any
+    #: Its number of classes when known before loading (None: counted from the labels once loaded); a
+    #: `num_classes` keyword of its `load` (the synthetic set's) overrides it.
+    num_classes: ClassVar[int | None] = None
+    #: When its classes split in two coarse ones (CIFAR-10: vehicles 0, 1, 8, 9 vs animals), the classes of the
+    #: first; FedMuscle's two-class task cifar10-coarse runs on a dataset that declares them. None: no such split.
+    coarse_classes: ClassVar[tuple[int, ...] | None] = None
 
     def __init__(self, options: Any = None, root: Any = None, allow_download: bool = False) -> None:
         self.options = options

@@ -17,7 +17,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from p2pfl.data.augment import dataset_stats
 from p2pfl.data.cifar_pickle import read_batch, read_names
 from p2pfl.data.datasets._base import Arrays, Dataset
 
@@ -67,6 +66,9 @@ class FileDataset(Dataset):
     hint: ClassVar[str] = ""
     #: The torchvision dataset class that downloads it.
     torchvision: ClassVar[str] = ""
+    #: Per channel, in [0, 1] units: the normalisation it is known by; None: its training images' own.
+    mean: ClassVar[tuple[float, ...] | None] = None
+    std: ClassVar[tuple[float, ...] | None] = None
 
     def candidates(self) -> list[tuple[str, Path]]:
         """Every (form, path) looked at, in search order."""
@@ -108,7 +110,10 @@ class FileDataset(Dataset):
         classes = arrays.get("classes")
         if not classes:
             classes = self.default_classes or tuple(map(str, range(self.num_classes)))
-        mean, std = dataset_stats(self.name, int(arrays["x_train"].shape[1]))
+        mean, std = self.mean, self.std
+        channels = int(arrays["x_train"].shape[1])
+        if mean is not None and std is not None and len(mean) != channels:  # its first channel's, repeated
+            mean, std = (mean[0],) * channels, (std[0],) * channels
         return Arrays(x_train=arrays["x_train"], y_train=arrays["y_train"], x_test=arrays["x_test"],
                       y_test=arrays["y_test"], num_classes=self.num_classes, classes=tuple(classes), mean=mean,
                       std=std, extra={"source": str(found[1])})

@@ -23,6 +23,8 @@ class CIFAR10(FileDataset):
     hint = ("decode the shared archive with `python ../shared/data/cifar10_jpeg.py npz DIR/cifar10.npz`, "
             "or put torchvision's cifar-10-batches-py in DIR")
     torchvision = "CIFAR10"
+    mean, std = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+    coarse_classes = (0, 1, 8, 9)  # airplane, automobile, ship, truck: vehicles vs animals
 
     def candidates(self) -> list[tuple[str, Path]]:
         root = self.root

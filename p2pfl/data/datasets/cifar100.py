@@ -18,6 +18,7 @@ class CIFAR100(FileDataset):
     num_classes = 100
     hint = "put torchvision's cifar-100-python (or cifar100.npz) in DIR"
     torchvision = "CIFAR100"
+    mean, std = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
 
     def candidates(self) -> list[tuple[str, Path]]:
         return dedupe([("pickle100", self.root / "cifar-100-python"), ("npz", self.root / "cifar100.npz")])

@@ -24,6 +24,7 @@ class FashionMNIST(FileDataset):
     default_classes = FASHION_MNIST_CLASSES
     hint = "apt-get install dataset-fashion-mnist (files in /usr/share/datasets/fashion-mnist)"
     torchvision = "FashionMNIST"
+    mean, std = (0.2860,), (0.3530,)
 
     def candidates(self) -> list[tuple[str, Path]]:
         root = self.root

@@ -110,8 +110,6 @@ class Scheme(Component):
         check(plain or (cfg.byzantine is None and linear and cfg.mixing != "server"), "gossip",
               f"{cfg.gossip} mixes by the plain W-weighted mean: it does not combine with --byzantine, a robust "
               "--aggregator or --mixing server")
-        check(plain or cfg.mode != "async", "mode",
-              "async averages pairwise with dense models: --gossip average, --compress none")
 
     @classmethod
     def check_network(cls, schedule: NetworkSchedule, graph: nx.Graph, rounds: int) -> None:

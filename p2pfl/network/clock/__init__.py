@@ -33,18 +33,15 @@ class Selection:
 
 @dataclass(frozen=True)
 class ClockOptions:
-    """What the clock is built from: the seed, the time options every model may read, the chosen model's name
-    and its own options (an instance of its `Options`, None when it declares none)."""
+    """What the clock is built from: the seed, the step-time options every model may read, the chosen model's
+    name and its own options (an instance of its `Options`, None when it declares none: the links model's hold
+    --latency, --latency-matrix, --upload-rate and --download-rate)."""
 
     seed: int
     compute_time: float
     compute_spread: float
     compute_trace: str | None
     straggler_slowdown: float
-    latency: float
-    latency_matrix: str | None
-    upload_rate: float
-    download_rate: float
     network_model: str
     model: Any = None
 

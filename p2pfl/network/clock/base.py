@@ -2,12 +2,14 @@
 latency and per-peer capacities (SPEC §9)."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 
 from p2pfl.network.clock import ClockOptions
 from p2pfl.network.timing import bandwidths, compute_times
+from p2pfl.options import Check
 from p2pfl.registry import Component
 
 
@@ -17,13 +19,28 @@ class ClockModel(Component):
 
     A subclass gives `latency` (K × K seconds, a_ij for a message from i to j); it may replace `step_times` (by
     default --compute-time with --compute-spread, or --compute-trace) and `upload` / `download` (by default
-    --upload-rate and --download-rate, np.inf: unlimited). Its own options are its `Options` (read as
-    `self.own`), its rules on them its `check(cfg, check)`, and `describe` what the manifest's `clock` records."""
+    np.inf: unlimited). Its own options are its `Options` (read as `self.own`), its rules on them its
+    `check(cfg, check)` (super().check first: the step-time options' rules), whether choosing it turns the clock on
+    `keeps_clock(cfg)`, and `describe` what the manifest's `clock` records."""
 
     def __init__(self, options: ClockOptions, n_peers: int) -> None:
         self.options = options
         self.n = n_peers
         self.own: Any = options.model
+
+    @classmethod
+    def check(cls, cfg: Any, check: Check) -> None:
+        """The rules on the step-time options every model reads; a model with rules of its own extends this."""
+        check(not cfg.compute_spread or (cfg.compute_time > 0 and cfg.compute_trace is None), "compute_spread",
+              "spreads --compute-time (> 0) around its median; not without it, nor with --compute-trace")
+        check(cfg.compute_trace is None or os.path.isfile(cfg.compute_trace), "compute_trace",
+              f"file not found: {cfg.compute_trace}")
+
+    @classmethod
+    def keeps_clock(cls, cfg: Any) -> bool:
+        """Whether a run that chose this model keeps the simulated clock without a step time: a researcher who
+        picks a network model wants its clock."""
+        return True
 
     def step_times(self) -> np.ndarray:
         """c_i: each peer's seconds per local step (the --stragglers' slowdown is applied after)."""
@@ -36,11 +53,11 @@ class ClockModel(Component):
 
     def upload(self) -> np.ndarray:
         """U_i: each peer's upload capacity in bytes per second, shared by its concurrent transfers."""
-        return bandwidths(self.n, self.options.upload_rate)
+        return bandwidths(self.n)
 
     def download(self) -> np.ndarray:
         """D_i: each peer's download capacity in bytes per second, shared likewise."""
-        return bandwidths(self.n, self.options.download_rate)
+        return bandwidths(self.n)
 
     def describe(self) -> dict[str, Any]:
         """What the manifest's `clock` entry records of the model besides its arrays: its name and own options."""
