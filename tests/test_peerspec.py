@@ -153,3 +153,43 @@ def test_a_plugin_dataset_declaring_a_coarse_split_runs_the_coarse_task(tmp_path
             assert proc.returncode == 2
             assert ("task 'cifar10-coarse' needs a 10-class CIFAR-like dataset (cifar10, synthetic), not "
                     "'four-squares'") in proc.stderr
+
+
+def test_dataset_options_and_stand_ins_are_what_the_dataset_components_declare() -> None:
+    """Dataset options reach the datasets whose `load` takes them (the synthetic set: synthetic_arrays' keywords),
+    and a task named after a dataset reads it or a stand-in (a generated set), whose public set defaults to it."""
+    import inspect
+
+    from p2pfl.data.datasets import DATASETS, STAND_IN, Arrays, Dataset
+    from p2pfl.data.datasets.synthetic import synthetic_arrays
+    from p2pfl.plugin_scope import isolated
+
+    def refused(group: dict) -> str:
+        with pytest.raises(PeerSpecError) as info:
+            parse_peers_spec({"groups": [{"peers": "0-1", "model": "a", **group}]}, "bad.yaml")
+        return str(info.value)
+
+    keywords = ", ".join(inspect.signature(synthetic_arrays).parameters)
+    assert refused({"task": "cifar10", "dataset_options": {"seed": 1}}).endswith(
+        "dataset options apply to the synthetic dataset only, not 'cifar10'")
+    assert refused({"task": "synthetic", "dataset_options": {"colour": 1}}).endswith(
+        f"unknown dataset option(s) colour; allowed: {keywords}")
+    assert refused({"task": "cifar100", "dataset": "cifar10"}).endswith(
+        "task 'cifar100' reads dataset 'cifar100' (or synthetic), not 'cifar10'")
+    with isolated():
+        @DATASETS.register("noise-images")
+        class NoiseImages(Dataset):
+            capabilities = frozenset({STAND_IN})
+            num_classes = 10
+
+            def load(self) -> Arrays:  # never loaded here
+                raise AssertionError
+
+        spec = parse_peers_spec({"groups": [{"peers": "0-1", "model": "a", "task": "cifar100",
+                                             "dataset": "noise-images"}]}, "s.yaml")
+        assert spec.public_dataset == "noise-images"
+        assert refused({"task": "cifar100", "dataset": "cifar10"}).endswith(
+            "task 'cifar100' reads dataset 'cifar100' (or synthetic or noise-images), not 'cifar10'")
+    mixed = parse_peers_spec({"groups": [{"peers": "0", "model": "a", "task": "synthetic"},
+                                         {"peers": "1", "model": "a", "task": "cifar10"}]}, "s.yaml")
+    assert mixed.public_dataset == "cifar10"

@@ -38,7 +38,7 @@ from typing import Any
 
 import yaml
 
-from p2pfl.data.datasets import DATASETS, canonical_name, load_dataset
+from p2pfl.data.datasets import DATASETS, STAND_IN, canonical_name, load_dataset
 from p2pfl.fedmuscle.tasks import CLASSIFICATION_TASKS, MULTILABEL_TASKS
 from p2pfl.models.encoders import MODELS, model_choices
 from p2pfl.yamlfile import safe_load
@@ -54,7 +54,6 @@ TASK_DATASET: dict[str, str | None] = {
     "classify": None,
 }
 TASKS = tuple(TASK_DATASET)
-SYNTHETIC_OPTIONS = ("num_train", "num_test", "num_classes", "channels", "image_size", "seed", "noise")
 
 _GROUP_KEYS = ("peers", "count", "model", "model_options", "task", "dataset", "dataset_options", "labels", "name",
                "init")
@@ -189,13 +188,20 @@ def _dataset(name: Any, options: dict, source: str, where: str) -> str:
         ds = canonical_name(str(name))
     except ValueError as exc:
         raise _fail(source, where, str(exc)) from None
-    if options and ds != "synthetic":
-        raise _fail(source, where, f"dataset options apply to the synthetic dataset only, not {ds!r}")
-    bad = sorted(set(options) - set(SYNTHETIC_OPTIONS))
+    allowed = DATASETS.get(ds).load_options
+    if options and not allowed:
+        takers = [n for n in DATASETS if DATASETS.get(n).load_options]
+        raise _fail(source, where, f"dataset options apply to the {' and '.join(takers)} dataset"
+                                   f"{'s' if len(takers) > 1 else ''} only, not {ds!r}")
+    bad = sorted(set(options) - set(allowed))
     if bad:
-        raise _fail(source, where, f"unknown dataset option(s) {', '.join(bad)}; allowed: "
-                                   f"{', '.join(SYNTHETIC_OPTIONS)}")
+        raise _fail(source, where, f"unknown dataset option(s) {', '.join(bad)}; allowed: {', '.join(allowed)}")
     return ds
+
+
+def _stand_ins() -> list[str]:
+    """The datasets that stand in for any a task names (generated ones: `STAND_IN`)."""
+    return DATASETS.capable(STAND_IN)
 
 
 def dataset_classes(dataset: str, options: dict | None = None) -> int:
@@ -258,8 +264,10 @@ def _group(group: Any, next_peer: int, source: str, where: str, default_dataset:
     dataset_options = _mapping(group.get("dataset_options"), source, where, "dataset_options")
     ds_name = group.get("dataset") or TASK_DATASET[task] or default_dataset
     dataset = _dataset(ds_name, dataset_options, source, where)
-    if task in ("cifar10", "fashion-mnist", "cifar100") and dataset not in (task, "synthetic"):
-        raise _fail(source, where, f"task {task!r} reads dataset {task!r} (or synthetic), not {dataset!r}")
+    stand_ins = _stand_ins()  # a task named after a dataset reads it, or a stand-in (a stand-in's task: any)
+    if TASK_DATASET[task] == task and task not in stand_ins and dataset not in (task, *stand_ins):
+        raise _fail(source, where, f"task {task!r} reads dataset {task!r} (or {' or '.join(stand_ins)}), "
+                                   f"not {dataset!r}")
     component = DATASETS.get(dataset)
     if task == "cifar10-coarse" and component.coarse_classes is None:
         raise _fail(source, where, f"task 'cifar10-coarse' needs a 10-class CIFAR-like dataset "
@@ -320,8 +328,7 @@ def _public(data: dict, entries: dict[int, PeerEntry], public_size: int | float,
     if bad:
         raise _fail(source, "public", f"unknown key {bad[0]!r}; allowed: {', '.join(_PUBLIC_KEYS)}")
     public_options = _mapping(public.get("options"), source, "public", "options")
-    all_synthetic = all(e.dataset == "synthetic" for e in entries.values())
-    public_dataset = _dataset(public.get("dataset") or ("synthetic" if all_synthetic else "cifar10"),
+    public_dataset = _dataset(public.get("dataset") or _default_public({e.dataset for e in entries.values()}),
                               public_options, source, "public")
     size = public.get("size", public_size)
     if isinstance(size, bool) or not isinstance(size, (int, float)) or size <= 0 or (
@@ -402,5 +409,10 @@ def uniform_spec(n_peers: int, model: str, dataset: str, public_size: int | floa
     task = ds if ds in TASK_DATASET else "classify"
     entries = [PeerEntry(peer=p, group=0, model=model, task=task, dataset=ds, model_options=dict(model_options or {}))
                for p in range(n_peers)]
-    public = "synthetic" if ds == "synthetic" else "cifar10"
-    return PeersSpec(peers=entries, public_dataset=public, public_size=public_size)
+    return PeersSpec(peers=entries, public_dataset=_default_public({ds}), public_size=public_size)
+
+
+def _default_public(datasets: set[str]) -> str:
+    """The public set's dataset unless the spec names one: CIFAR-10, or the stand-in every peer uses (tests)."""
+    only = next(iter(datasets)) if len(datasets) == 1 else None
+    return only if only is not None and only in _stand_ins() else "cifar10"

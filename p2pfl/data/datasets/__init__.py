@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from p2pfl.data.datasets._base import DATASETS, Arrays, Dataset, ImageDataset
+from p2pfl.data.datasets._base import DATASETS, STAND_IN, Arrays, Dataset, ImageDataset
 from p2pfl.data.datasets._files import CIFAR10_CLASSES, DatasetNotFound, data_root
 from p2pfl.registry import options_of
 
@@ -157,6 +157,6 @@ def _normalisation(arrays: Arrays, x_train: torch.Tensor,
 
 
 __all__ = [
-    "Arrays", "CIFAR10_CLASSES", "DATASETS", "Dataset", "DatasetNotFound", "ImageDataset", "assemble",
+    "Arrays", "CIFAR10_CLASSES", "DATASETS", "STAND_IN", "Dataset", "DatasetNotFound", "ImageDataset", "assemble",
     "canonical_name", "data_root", "ensure_dataset", "load_dataset", "synthetic_dataset",
 ]

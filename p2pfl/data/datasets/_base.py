@@ -73,6 +73,11 @@ class Arrays:
     extra: dict = field(default_factory=dict)
 
 
+#: A dataset's capability: generated data that stands in for any dataset a task names (tests of FedMuscle's tasks
+#: on images no one has to download).
+STAND_IN = "stand-in"
+
+
 class Dataset(Component):
     """A dataset component: `load` gives its `Arrays`; `prepare` readies them on a node first."""
 
@@ -84,6 +89,8 @@ class Dataset(Component):
     #: When its classes split in two coarse ones (CIFAR-10: vehicles 0, 1, 8, 9 vs animals), the classes of the
     #: first; FedMuscle's two-class task cifar10-coarse runs on a dataset that declares them. None: no such split.
     coarse_classes: ClassVar[tuple[int, ...] | None] = None
+    #: The keywords its `load` takes (the synthetic set's geometry and seed), in the order they are listed.
+    load_options: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, options: Any = None, root: Any = None, allow_download: bool = False) -> None:
         self.options = options

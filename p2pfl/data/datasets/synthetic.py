@@ -4,10 +4,12 @@ and balanced (to within one) in both the train and the test split; the normalisa
 """
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.nn.functional as F
 
-from p2pfl.data.datasets._base import DATASETS, Arrays, Dataset
+from p2pfl.data.datasets._base import DATASETS, STAND_IN, Arrays, Dataset
 from p2pfl.seeding import SHARED, torch_generator
 
 
@@ -40,6 +42,8 @@ class Synthetic(Dataset):
 
     num_classes = 10
     coarse_classes = (0, 1, 8, 9)  # CIFAR-10's split, so tests run cifar10-coarse on it
+    capabilities = frozenset({STAND_IN})
+    load_options = tuple(inspect.signature(synthetic_arrays).parameters)
 
     def load(self, **options: object) -> Arrays:
         return synthetic_arrays(**options)
