@@ -237,3 +237,16 @@ def test_augmentations_and_peer_data_on_cuda():
     pd = PeerData(x.cpu(), torch.arange(64), peer=0, seed=0, device="cuda")
     seen = torch.cat([pd.next_batch(16)[1] for _ in range(4)])
     assert seen.device.type == "cuda" and sorted(seen.tolist()) == list(range(64))
+
+
+@pytest.mark.parametrize("side,pad", [(32, 4), (28, 4), (16, 2), (8, 1), (64, 8)])
+def test_the_supervised_crop_pads_by_an_eighth_of_the_side(side: int, pad: int):
+    """CIFAR's 4 pixels of 32 (and Fashion-MNIST's 4 of 28) kept; other sides padded in proportion, so an 8-pixel
+    digit moves by at most one pixel. The default equals an explicit padding of that size, draw for draw."""
+    assert A.crop_padding(side) == pad
+    x = torch.randint(0, 256, (64, 1, side, side), dtype=torch.uint8)
+    draws = A.supervised_draw(x, torch.Generator().manual_seed(3))
+    default = A.supervised_apply(x, draws, [0.0], [1.0])
+    assert torch.equal(default, A.supervised_apply(x, draws, [0.0], [1.0], padding=pad))
+    offsets = torch.floor(draws["u"][:, :2] * (2 * pad + 1)).long() - pad  # the shift of each image
+    assert offsets.abs().max() == pad

@@ -67,7 +67,7 @@ class FedAvg(GossipLearner):
         return supervised_draw(x, peer.augment_rng)
 
     def apply(self, x: torch.Tensor, draws: dict[str, torch.Tensor]) -> torch.Tensor:
-        """MOON's supervised transform (random crop with 4-pixel padding, flip, normalise) on a uint8 batch."""
+        """MOON's supervised transform (random crop padded by an eighth of the side, flip, normalise), uint8 in."""
         ds = self.dataset
         return supervised_apply(x, draws, ds.mean, ds.std, padding_mode=self.padding_mode)
 

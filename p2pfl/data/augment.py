@@ -7,7 +7,8 @@ images costs a handful of tensor ops. Given the same generator state, the output
   affine grid + ``grid_sample``; ColorJitter(0.4, 0.4, 0.4, 0.1) with p = 0.8, its four parts in a per-sample
   random order as in torchvision; RandomGrayscale p = 0.2; normalise (SPEC §4; no blur on CIFAR).
   One-channel images get brightness and contrast only.
-- :func:`supervised_augment`: random crop with 4-pixel padding and horizontal flip (MOON's CIFAR recipe).
+- :func:`supervised_augment`: random crop with 4-pixel padding on 32-pixel images (the same eighth of other
+  sizes: :func:`crop_padding`) and horizontal flip (MOON's CIFAR recipe).
 - :func:`normalize`: uint8 → float in [0, 1] → (x − mean) / std, for evaluation.
 """
 from __future__ import annotations
@@ -322,17 +323,27 @@ def supervised_draw(x: torch.Tensor, generator: torch.Generator) -> dict[str, to
     return {"u": torch.rand(x.shape[0], 3, generator=generator, device=x.device, dtype=torch.float64)}
 
 
+def crop_padding(size: int) -> int:
+    """The supervised crop's padding for images of side `size`: CIFAR's 4 pixels of 32, the same eighth of other
+    sides (4 on Fashion-MNIST's 28, 1 on 8-pixel digits, where 4 would move a digit by half its width)."""
+    return max(1, round(size / 8))
+
+
 def supervised_augment(x: torch.Tensor, generator: torch.Generator, mean: Sequence[float], std: Sequence[float],
-                       padding: int = 4, flip_p: float = 0.5, padding_mode: str = "constant") -> torch.Tensor:
+                       padding: int | None = None, flip_p: float = 0.5, padding_mode: str = "constant"
+                       ) -> torch.Tensor:
     """Supervised training transform: random crop of the original size from the image padded by ``padding``
-    (zeros, or "reflect" as in MOON's CIFAR-10 code), horizontal flip with ``flip_p``, then normalise."""
+    (default `crop_padding` of its side; zeros, or "reflect" as in MOON's CIFAR-10 code), horizontal flip with
+    ``flip_p``, then normalise."""
     return supervised_apply(x, supervised_draw(x, generator), mean, std, padding, padding_mode, flip_p)
 
 
 def supervised_apply(x: torch.Tensor, draws: dict[str, torch.Tensor], mean: Sequence[float], std: Sequence[float],
-                     padding: int = 4, padding_mode: str = "constant", flip_p: float = 0.5) -> torch.Tensor:
+                     padding: int | None = None, padding_mode: str = "constant", flip_p: float = 0.5) -> torch.Tensor:
     """`supervised_augment` with given draws: cropping and flipping are one gather on the uint8 batch."""
     b, c, height, width = x.shape
+    if padding is None:
+        padding = crop_padding(height)
     dev = x.device
     u = draws["u"]
     offsets = torch.floor(u[:, :2] * (2 * padding + 1)).long()  # torch.randint(0, 2p + 1) from uniforms
