@@ -13,3 +13,8 @@ MIXES_BY_W = "mixes-by-w"
 #: It hands a --gossip scheme its local update as a gradient G (the learners, the quadratic problem; not consensus,
 #: which has no gradient).
 GIVES_GRADIENTS = "gives-gradients"
+#: Feature vectors (a tabular --dataset: rows N×F, float32, standardised when read) rather than images. A dataset
+#: declares it when it gives them, a model when it takes them (mlp), a method when its local step and scoring apply
+#: no image transform (the supervised learners); a run pairs a dataset that gives them with a method and a model
+#: that take them (p2pfl.data.datasets._base.Dataset.check).
+FEATURES = "features"

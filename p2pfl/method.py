@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from p2pfl.capabilities import ASYNCHRONOUS, BATCHABLE
+from p2pfl.capabilities import ASYNCHRONOUS, BATCHABLE, FEATURES
 from p2pfl.config import RunConfig
 from p2pfl.context import RunContext
 from p2pfl.gossip import Events
@@ -60,6 +60,7 @@ class Algorithm:
     lacks: ClassVar[dict[str, str]] = {
         ASYNCHRONOUS: "it declares no vector a pair averages: async_vector",
         BATCHABLE: "its local loss takes one peer at a time",
+        FEATURES: "its local step and scoring are written for images",
     }
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -27,7 +27,7 @@ from p2pfl.algorithms.gossip_learner import GossipLearner, GossipPeer
 from p2pfl.algorithms.peer import Peer, derived
 from p2pfl.algorithms.scoring import classifier_scores, classifier_scores_stacked
 from p2pfl.algorithms.trainer import OneBatch
-from p2pfl.capabilities import MIXES_BY_W
+from p2pfl.capabilities import FEATURES, MIXES_BY_W
 from p2pfl.data import supervised_apply, supervised_draw
 from p2pfl.heterogeneity import Loss
 from p2pfl.method import ASYNCHRONOUS, BATCHABLE, Phase
@@ -52,7 +52,7 @@ class FedAvg(GossipLearner):
 
     name = "fedavg"
     defaults = MOON_PAPER
-    capabilities = frozenset({BATCHABLE})
+    capabilities = frozenset({BATCHABLE, FEATURES})  # feature vectors: MoonNet on an mlp, no crop or flip
 
     def setup(self) -> None:
         super().setup()

@@ -27,6 +27,7 @@ from torch import nn
 from p2pfl.algorithms.fedavg import MOON_PAPER, FedAvg
 from p2pfl.algorithms.gossip_learner import GossipPeer
 from p2pfl.algorithms.peer import ModelPool, Peer, derived
+from p2pfl.capabilities import FEATURES
 from p2pfl.losses import moon_contrastive
 from p2pfl.method import ASYNCHRONOUS
 from p2pfl.options import method_options, opt
@@ -62,7 +63,8 @@ class Moon(FedAvg):
     defaults = {**MOON_PAPER, "mu": MOON_MU, "temperature": MOON_TAU}
     record: ClassVar[type[Peer]] = MoonPeer
     lacks = {ASYNCHRONOUS: "its references (the model a round starts from, the pool of earlier rounds' models) "
-                           "follow synchronous rounds"}
+                           "follow synchronous rounds",
+             FEATURES: "its paper defines it on image classification"}
 
     def init_peer(self, peer: MoonPeer) -> None:
         super().init_peer(peer)

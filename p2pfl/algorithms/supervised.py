@@ -17,7 +17,7 @@ from p2pfl.algorithms.scoring import (
     representation_scores,
     representation_scores_stacked,
 )
-from p2pfl.capabilities import MIXES_BY_W
+from p2pfl.capabilities import FEATURES, MIXES_BY_W
 from p2pfl.data import supervised_apply, supervised_draw
 from p2pfl.heterogeneity import Loss
 from p2pfl.method import ASYNCHRONOUS, BATCHABLE
@@ -34,10 +34,13 @@ class DecSL(GossipLearner):
 
     scores_representations = True
     name = "dec-sl"
-    capabilities = frozenset({BATCHABLE})
+    capabilities = frozenset({BATCHABLE, FEATURES})  # feature vectors: no crop or flip (--sl-augment crop-flip)
 
     def setup(self) -> None:
         super().setup()
+        if self.dataset.features and self.cfg.sl_augment == "simclr":
+            raise ValueError(f"--sl-augment simclr: its views are of images; --dataset {self.cfg.dataset} gives "
+                             "feature vectors (use crop-flip, which leaves them as they are)")
         self.augment = self.simclr_augment() if self.cfg.sl_augment == "simclr" else None
 
     def make_model(self) -> nn.Module:

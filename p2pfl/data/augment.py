@@ -10,6 +10,9 @@ images costs a handful of tensor ops. Given the same generator state, the output
 - :func:`supervised_augment`: random crop with 4-pixel padding on 32-pixel images (the same eighth of other
   sizes: :func:`crop_padding`) and horizontal flip (MOON's CIFAR recipe).
 - :func:`normalize`: uint8 → float in [0, 1] → (x − mean) / std, for evaluation.
+
+Feature vectors B×F (a tabular dataset's, p2pfl.capabilities.FEATURES) pass the supervised transform and
+`normalize` untouched but for the cast to the run's dtype: they are standardised when read.
 """
 from __future__ import annotations
 
@@ -28,11 +31,13 @@ def to_float(x: torch.Tensor) -> torch.Tensor:
 
 
 def _stat(values: Sequence[float], x: torch.Tensor) -> torch.Tensor:
-    return torch.as_tensor(values, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
+    """Per-channel values shaped to broadcast over `x` (images B×C×H×W, or feature vectors B×F: one per feature)."""
+    return torch.as_tensor(values, dtype=x.dtype, device=x.device).view(1, -1, *(1,) * (x.dim() - 2))
 
 
 def normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
-    """Evaluation transform: uint8 (or [0, 1] float) images B×C×H×W → (x/255 − mean) / std as float32."""
+    """Evaluation transform: uint8 (or [0, 1] float) images B×C×H×W → (x/255 − mean) / std as float32; float
+    feature vectors B×F → (x − mean) / std (a tabular dataset's 0 and 1: the features as read)."""
     xf = to_float(x)
     return (xf - _stat(mean, xf)) / _stat(std, xf)
 
@@ -319,7 +324,9 @@ class SimCLRAugment:
 
 def supervised_draw(x: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
     """The random numbers of `supervised_augment` for every image of `x`: one B×3 tensor of float64 uniforms
-    (row offset, column offset, flip), one call per batch."""
+    (row offset, column offset, flip), one call per batch; none for feature vectors B×F (no crop or flip)."""
+    if x.dim() == 2:
+        return {}
     return {"u": torch.rand(x.shape[0], 3, generator=generator, device=x.device, dtype=torch.float64)}
 
 
@@ -340,7 +347,10 @@ def supervised_augment(x: torch.Tensor, generator: torch.Generator, mean: Sequen
 
 def supervised_apply(x: torch.Tensor, draws: dict[str, torch.Tensor], mean: Sequence[float], std: Sequence[float],
                      padding: int | None = None, padding_mode: str = "constant", flip_p: float = 0.5) -> torch.Tensor:
-    """`supervised_augment` with given draws: cropping and flipping are one gather on the uint8 batch."""
+    """`supervised_augment` with given draws: cropping and flipping are one gather on the uint8 batch. Feature
+    vectors B×F (a tabular dataset) have no crop or flip: they are only normalised."""
+    if x.dim() == 2:
+        return normalize(x, mean, std)
     b, c, height, width = x.shape
     if padding is None:
         padding = crop_padding(height)

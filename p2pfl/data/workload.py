@@ -27,11 +27,13 @@ class Workload:
 
     @property
     def channels(self) -> int:
-        return int(self.dataset.x_train.shape[1])
+        """Image channels; features F for feature vectors."""
+        return self.dataset.channels
 
     @property
     def image_size(self) -> int:
-        return int(self.dataset.x_train.shape[-1])
+        """Image side; 1 for feature vectors (F channels of one pixel, as a model is built for them)."""
+        return self.dataset.image_size
 
     def sizes(self) -> list[float]:
         """Shard sizes of all peers, in peer order."""

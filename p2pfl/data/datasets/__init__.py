@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from p2pfl.capabilities import FEATURES
 from p2pfl.data.datasets._base import DATASETS, STAND_IN, Arrays, Dataset, ImageDataset
 from p2pfl.data.datasets._files import CIFAR10_CLASSES, DatasetNotFound, data_root
 from p2pfl.registry import options_of
@@ -70,7 +71,7 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, allow_dow
         where = f"the {' and '.join(takers)} dataset{'s' if len(takers) > 1 else ''} only" if takers else "no dataset"
         raise ValueError(f"options {sorted(options)} apply to {where}, not {cls.name!r}")
     arrays = cls(options_of(cls, cfg), data_root(data_dir), allow_download).load(**options)
-    return assemble(cls.name, arrays)
+    return assemble(cls.name, arrays, features=FEATURES in cls.capabilities)
 
 
 def _takes(cls: type[Dataset], options: dict[str, Any]) -> bool:
@@ -87,17 +88,19 @@ def synthetic_dataset(**options: Any) -> ImageDataset:
 
 # --------------------------------------------------------------------------------------------------- assembling
 
-def assemble(name: str, arrays: Arrays) -> ImageDataset:
+def assemble(name: str, arrays: Arrays, features: bool = False) -> ImageDataset:
     """The ImageDataset of what dataset ``name``'s `load` gave, checked (a ValueError of one line naming the
-    dataset and what is wrong)."""
+    dataset and what is wrong); with `features` (a dataset declaring FEATURES) feature vectors, not images."""
     def fail(message: str) -> ValueError:
         return ValueError(f"--dataset {name}: {message}")
 
     if not isinstance(arrays, Arrays):
         raise fail(f"load() must return p2pfl.data.datasets.Arrays, got {type(arrays).__name__}")
-    x_train, x_test = _images(arrays.x_train, "x_train", fail), _images(arrays.x_test, "x_test", fail)
+    read = _features if features else _images
+    x_train, x_test = read(arrays.x_train, "x_train", fail), read(arrays.x_test, "x_test", fail)
     if x_train.shape[1:] != x_test.shape[1:]:
-        raise fail(f"train images are {tuple(x_train.shape[1:])}, test images {tuple(x_test.shape[1:])}")
+        what = "feature vectors" if features else "images"
+        raise fail(f"train {what} are {tuple(x_train.shape[1:])}, test {what} {tuple(x_test.shape[1:])}")
     y_train, y_test = _labels(arrays.y_train, "y_train", len(x_train), fail), _labels(arrays.y_test, "y_test",
                                                                                     len(x_test), fail)
     top = int(max(y_train.max(initial=0), y_test.max(initial=0)))
@@ -106,7 +109,7 @@ def assemble(name: str, arrays: Arrays) -> ImageDataset:
     if low < 0 or top >= num_classes or num_classes < 1:
         raise fail(f"labels must lie in [0, {num_classes}), found [{low}, {top}]")
     channels = int(x_train.shape[1])
-    mean, std = _normalisation(arrays, x_train, fail)
+    mean, std = _normalisation(arrays, x_train, fail) if not features else _identity(arrays, channels)
     if len(mean) != channels or len(std) != channels or min(std) <= 0:
         raise fail(f"mean and std must give one value per channel ({channels}), std > 0")
     classes = tuple(str(c) for c in arrays.classes) if arrays.classes else tuple(map(str, range(num_classes)))
@@ -134,6 +137,27 @@ def _images(x: Any, what: str, fail: Callable[[str], ValueError]) -> torch.Tenso
     elif t.dtype != torch.uint8:
         raise fail(f"{what} must be uint8 or float in [0, 1], got {t.dtype}")
     return t.contiguous()
+
+
+def _features(x: Any, what: str, fail: Callable[[str], ValueError]) -> torch.Tensor:
+    """Feature vectors as a contiguous float32 tensor N×F, finite."""
+    t = torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else torch.as_tensor(x)
+    if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 1:
+        raise fail(f"{what} must be feature vectors N×F, got shape {tuple(t.shape)}")
+    if t.dtype == torch.bool or t.is_complex():
+        raise fail(f"{what} must be numbers (float32 features), got {t.dtype}")
+    t = t.to(torch.float32)
+    if not bool(torch.isfinite(t).all()):
+        raise fail(f"{what} holds NaN or infinite values")
+    return t.contiguous()
+
+
+def _identity(arrays: Arrays, features: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The normalisation of feature vectors: the dataset's, else 0 and 1 per feature (they reach the model as the
+    dataset gives them, standardised by it)."""
+    if arrays.mean is not None and arrays.std is not None:
+        return tuple(float(v) for v in arrays.mean), tuple(float(v) for v in arrays.std)
+    return (0.0,) * features, (1.0,) * features
 
 
 def _labels(y: Any, what: str, n: int, fail: Callable[[str], ValueError]) -> np.ndarray:

@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from p2pfl.capabilities import FEATURES
+from p2pfl.options import Check
 from p2pfl.registry import Component, Registry
 
 DATASETS: Registry[type[Dataset]] = Registry("dataset", option="dataset", package="p2pfl.data.datasets")
@@ -38,14 +40,19 @@ class ImageDataset:
     extra: dict = field(default_factory=dict)
 
     @property
+    def features(self) -> bool:
+        """Whether it holds feature vectors N×F (float32, a tabular dataset's) rather than images N×C×H×W."""
+        return self.x_train.dim() == 2
+
+    @property
     def channels(self) -> int:
-        """Number of image channels (1 or 3)."""
+        """Number of image channels (1 or 3); of features F for feature vectors (F channels of one pixel)."""
         return int(self.x_train.shape[1])
 
     @property
     def image_size(self) -> int:
-        """Image height (the images are square for every dataset here)."""
-        return int(self.x_train.shape[2])
+        """Image height (the images are square for every dataset here); 1 for feature vectors."""
+        return 1 if self.features else int(self.x_train.shape[2])
 
     def __repr__(self) -> str:
         return (f"ImageDataset({self.name!r}, train={tuple(self.x_train.shape)}, test={tuple(self.x_test.shape)}, "
@@ -56,7 +63,9 @@ class ImageDataset:
 class Arrays:
     """What a dataset's `load` gives (numpy arrays or torch tensors). Images: N×C×H×W, N×H×W×C (the channel axis
     is the one of 1, 3 or 4 entries; axis 1 when both are) or N×H×W (one channel), square, uint8 or float in
-    [0, 1] (stored rounded to uint8, as every dataset's); labels: integers in [0, num_classes)."""
+    [0, 1] (stored rounded to uint8, as every dataset's); or, from a dataset with the capability FEATURES, feature
+    vectors N×F (stored float32, given to the model as they are: the dataset standardises them); labels: integers
+    in [0, num_classes)."""
 
     x_train: Any
     y_train: Any
@@ -66,7 +75,8 @@ class Arrays:
     num_classes: int | None = None
     #: The classes' names; None: "0", "1", ...
     classes: Sequence[str] | None = None
-    #: Per channel, of images scaled to [0, 1]; None: the training images' own (float64, unbiased std).
+    #: Per channel, of images scaled to [0, 1]; None: the training images' own (float64, unbiased std); feature
+    #: vectors: 0 and 1 per feature (the identity).
     mean: Sequence[float] | None = None
     std: Sequence[float] | None = None
     #: Entries of the manifest's "dataset" record (where it was read from, its parameters).
@@ -105,6 +115,25 @@ class Dataset(Component):
         """The train and test arrays (keyword arguments of `load_dataset` arrive here, for datasets that take
         them)."""
         raise NotImplementedError
+
+    @classmethod
+    def check(cls, cfg: Any, check: Check) -> None:
+        """A dataset of feature vectors (capability FEATURES) runs with a method and a model that take them, and
+        without image options."""
+        if FEATURES not in cls.capabilities:
+            return
+        from p2pfl.models.encoders import MODELS
+        from p2pfl.options import catalogue
+
+        argument = getattr(cls, "argument", None)
+        given = f"--dataset {cls.name}{':' + argument if argument else ''} gives feature vectors"
+        method = catalogue().get(cfg.algorithm, cfg)
+        check(method.can(FEATURES), "algorithm", f"{cfg.algorithm} trains on images only "
+                                                 f"({method.why_not(FEATURES)}); {given}")
+        model = MODELS.selected(cfg)
+        check(model is not None and FEATURES in model.capabilities, "model",
+              f"{cfg.model} takes images; {given}: use {' or '.join(MODELS.capable(FEATURES))}")
+        check(cfg.rotate_groups == 1, "rotate_groups", f"rotates images; {given}")
 
     @classmethod
     def prepares(cls) -> bool:

@@ -1,4 +1,5 @@
-"""What the datasets read from a researcher's own files share (``npz:PATH``, ``folder:PATH``): their options, the
+"""What the datasets read from a researcher's own files share (``npz:PATH``, ``folder:PATH``, ``csv:PATH``): their
+options, the
 checks of the arrays they read, the held-out test split, and the manifest's entries (source, digest, statistics).
 
 Images arrive as numpy arrays N×H×W (grey), N×H×W×C or N×C×H×W, uint8 or float in [0, 1]; the layout is told
@@ -23,18 +24,21 @@ from topologies.streams import MAX_SEED, SHARED, numpy_rng
 CHANNELS = (1, 3, 4)
 
 
-@method_options("dataset: npz, folder")
+@method_options("dataset: npz, folder, csv")
 class OwnFilesOptions:
     """The options of the datasets read from one's own files."""
 
-    test_split: float | None = opt(None, "npz:/folder: without a test set of their own, the fraction of the images "
-                                         "held out to test (drawn by --split-seed)", section="data",
+    test_split: float | None = opt(None, "npz:/folder:/csv: without a test set of their own, the fraction of the "
+                                         "images (rows) held out to test (drawn by --split-seed)", section="data",
                                    bounds="(0, 1)")
-    split_seed: int = opt(0, "npz:/folder: seed of --test-split's draw (fixed by default: the same test images for "
-                             "every --seed, as a file's own test set is)", section="data",
+    split_seed: int = opt(0, "npz:/folder:/csv: seed of --test-split's draw (fixed by default: the same test images "
+                             "for every --seed, as a file's own test set is)", section="data",
                           bounds=f"[0, {MAX_SEED}]")
     image_size: int = opt(32, "folder: the side every image is resized to (square)", section="data",
                           bounds=">= 4 pixels")
+    label_column: str | None = opt(None, "csv: the column holding the labels (default: the last)", section="data")
+    impute: str = opt("none", "csv: a missing feature value is refused (none) or takes the training rows' mean, a "
+                              "missing category no one-hot entry (mean)", ("none", "mean"), section="data")
 
 
 class OwnFiles(Dataset):
@@ -63,6 +67,7 @@ class OwnFiles(Dataset):
     @classmethod
     def check(cls, cfg: Any, check: Check) -> None:
         """PATH exists; --test-split given exactly when the files hold no test set."""
+        super().check(cfg, check)
         path = cls.located()
         check(cls.present(path), "dataset", f"{cls.name}:{cls.argument}: no such {cls.what}")
         if cls.present(path):

@@ -1,0 +1,170 @@
+"""``--dataset csv:PATH``: a table of one's own, one example a row, as feature vectors (tabular classification).
+
+The file: a header row naming the columns, then one row per example (the csv module's default dialect: commas,
+double quotes; UTF-8). ``--label-column NAME`` (default: the last column) holds the labels; its distinct values
+are the classes, sorted (as integers when every label is one, else as strings) and numbered 0..C-1, their names
+recorded. Every other column is a feature: numeric when every value is a number, standardised with the mean and
+(population, ddof 0) standard deviation of the training rows (a constant column becomes 0); categorical when no
+value is, one-hot encoded over the categories of the training rows in sorted order (a test row whose category no
+training row has gets all zeros; the manifest counts them, ``unseen_categories``). A column mixing numbers and text
+is refused, naming the line of the first value of the rarer kind. The features keep the file's column order.
+
+Missing values (an empty field, NA, N/A, NaN, null, None, ?) are refused in one line naming the file, the line and
+the column, unless ``--impute mean``: a missing number then takes the training rows' mean (0 once standardised), a
+missing category no one-hot entry. A missing label is always refused. The file holds no test set:
+``--test-split FRACTION`` holds rows out (drawn by ``--split-seed``) before any statistic is computed. Every rank
+reads the file itself (no cache); the manifest records its digest, the statistics and the categories.
+
+    label,age,smoker,weight
+    healthy,41,no,70.5
+    ill,67,yes,88.0
+    python -m p2pfl.run --algorithm fedavg --model mlp --dataset csv:patients.csv --test-split 0.2 --peers 8
+"""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from p2pfl.capabilities import FEATURES
+from p2pfl.data.datasets._base import DATASETS, Arrays
+from p2pfl.data.datasets._own import OwnFiles, digest
+
+#: The values read as missing (compared without case and surrounding spaces).
+MISSING = frozenset({"", "na", "n/a", "nan", "null", "none", "?"})
+
+
+def number(text: str) -> float | None:
+    """The finite number `text` writes, else None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+@DATASETS.register("csv", argument="PATH")
+class Csv(OwnFiles):
+    """Rows of a CSV file with a header: numeric columns standardised, categorical ones one-hot encoded."""
+
+    capabilities = frozenset({FEATURES})
+    test_set = "one file, no test rows of its own"
+
+    def load(self) -> Arrays:
+        header, rows, lines = self.table(self.located())
+        label = self.label_index(header)
+        names, y = self.classes(header[label], [r[label] for r in rows], lines)
+        if self.options.test_split is None:
+            raise self.fail(f"holds no test set ({self.test_set}): give --test-split FRACTION")
+        index = np.arange(len(rows))
+        _, train, _, test = self.split(torch.from_numpy(index), index, self.options.test_split)
+        columns: list[np.ndarray] = []
+        numeric: dict[str, list[float]] = {}
+        categorical: dict[str, list[str]] = {}
+        unseen: dict[str, int] = {}
+        for j, name in enumerate(header):
+            if j == label:
+                continue
+            values = [r[j].strip() for r in rows]
+            missing = np.array([v.lower() in MISSING for v in values])
+            if missing.any() and self.options.impute == "none":
+                at = int(np.flatnonzero(missing)[0])
+                raise self.fail(f"line {lines[at]}, column '{name}': missing value (fill it, or --impute mean)")
+            if missing[train].all():
+                raise self.fail(f"column '{name}' has no value in the training rows")
+            numbers = [number(v) for v in values]
+            is_number = np.array([n is not None for n in numbers]) & ~missing
+            if is_number[~missing].all():
+                a = np.array([math.nan if n is None else n for n in numbers], dtype=np.float64)
+                seen = a[train][~missing[train]]
+                mean, std = float(seen.mean()), float(seen.std())
+                a[missing] = mean
+                columns.append(((a - mean) / (std if std > 0 else 1.0))[:, None])
+                numeric[name] = [mean, std]
+            elif is_number.any():
+                rare = is_number if is_number.sum() * 2 <= (~missing).sum() else ~is_number & ~missing
+                at = int(np.flatnonzero(rare)[0])
+                raise self.fail(f"column '{name}' mixes numbers and text (line {lines[at]}: '{values[at]}'); a "
+                                "feature column is all numbers (standardised) or all text (one-hot)")
+            else:
+                cats = sorted({values[i] for i in train if not missing[i]})
+                where = {c: k for k, c in enumerate(cats)}
+                onehot = np.zeros((len(rows), len(cats)), dtype=np.float64)
+                for i, v in enumerate(values):
+                    if v in where and not missing[i]:
+                        onehot[i, where[v]] = 1.0
+                columns.append(onehot)
+                categorical[name] = cats
+                new = sum(1 for i in test if not missing[i] and values[i] not in where)
+                if new:
+                    unseen[name] = new
+        if not columns:
+            raise self.fail(f"holds no feature column besides the label column '{header[label]}'")
+        x = np.concatenate(columns, axis=1).astype(np.float32)
+        x_train, x_test = x[train], x[test]
+        y_train, y_test = y[train], y[test]
+        extra: dict[str, Any] = {
+            "source": str(self.located().resolve()), "test_split": self.options.test_split,
+            "split_seed": self.options.split_seed, "label_column": header[label], "features": int(x.shape[1]),
+            "digest": digest(x_train, y_train, x_test, y_test), "numeric": numeric, "categorical": categorical,
+            "impute": self.options.impute}
+        if unseen:
+            extra["unseen_categories"] = unseen
+        return Arrays(x_train, y_train, x_test, y_test, num_classes=len(names), classes=names, extra=extra)
+
+    def table(self, path: Path) -> tuple[list[str], list[list[str]], list[int]]:
+        """The header, the rows (each as long as the header) and each row's line in the file."""
+        try:
+            with open(path, newline="", encoding="utf-8-sig") as f:
+                reader = csv.reader(f)
+                header = next(reader, None)
+                rows, lines = [], []
+                for row in reader:
+                    if not row:
+                        continue  # a blank line
+                    if header is not None and len(row) != len(header):
+                        raise self.fail(f"line {reader.line_num} has {len(row)} fields, the header {len(header)}")
+                    rows.append(row)
+                    lines.append(reader.line_num)
+        except UnicodeDecodeError:
+            raise self.fail("is not UTF-8 text") from None
+        except csv.Error as e:
+            raise self.fail(f"is not readable CSV ({' '.join(str(e).split())})") from None
+        except OSError as e:
+            raise self.fail(f"cannot be read ({type(e).__name__}: {' '.join(str(e).split())})") from None
+        if header is None:
+            raise self.fail("is empty (a header row naming the columns, then one row per example)")
+        header = [h.strip() for h in header]
+        twice = sorted({h for h in header if header.count(h) > 1})
+        if twice:
+            raise self.fail(f"names column(s) {', '.join(repr(h) for h in twice)} twice in its header")
+        if not rows:
+            raise self.fail("holds a header but no rows")
+        return header, rows, lines
+
+    def label_index(self, header: list[str]) -> int:
+        """The label column's position: --label-column, else the last."""
+        wanted = self.options.label_column
+        if wanted is None:
+            return len(header) - 1
+        if wanted not in header:
+            raise self.fail(f"has no column '{wanted}' (--label-column); its columns: {', '.join(header)}")
+        return header.index(wanted)
+
+    def classes(self, column: str, values: list[str], lines: list[int]) -> tuple[tuple[str, ...], np.ndarray]:
+        """The classes' names, sorted (as integers when every label is one), and every row's label 0..C-1."""
+        values = [v.strip() for v in values]
+        for v, line in zip(values, lines):
+            if v.lower() in MISSING:
+                raise self.fail(f"line {line}, column '{column}': missing label")
+        distinct = set(values)
+        try:
+            names = sorted(distinct, key=int)
+        except ValueError:
+            names = sorted(distinct)
+        index = {c: k for k, c in enumerate(names)}
+        return tuple(names), np.array([index[v] for v in values], dtype=np.int64)
