@@ -60,7 +60,7 @@ class Algorithm:
     lacks: ClassVar[dict[str, str]] = {
         ASYNCHRONOUS: "it declares no vector a pair averages: async_vector",
         BATCHABLE: "its local loss takes one peer at a time",
-        FEATURES: "its local step and scoring are written for images",
+        FEATURES: "it declares no training on feature vectors",
     }
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

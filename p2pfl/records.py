@@ -503,8 +503,14 @@ class DatasetInfo(_Dataset, total=False):
     digest: str  # npz:, folder: "sha256:<hex>" of the images and labels as the run holds them
     mean: list[float]  # npz:, folder: per channel, the training images' (the normalisation used)
     std: list[float]
-    test_split: float  # npz:, folder: the fraction held out to test, when the files have no test set
+    test_split: float  # npz:, folder:, csv: the fraction held out to test, when the files have no test set
     split_seed: int
+    label_column: str  # csv: the column of the labels
+    features: int  # csv: the length F of a feature vector
+    numeric: dict[str, list[float]]  # csv: column -> [mean, std] of its training rows (the standardisation)
+    categorical: dict[str, list[str]]  # csv: column -> its categories in the training rows (the one-hot order)
+    unseen_categories: dict[str, int]  # csv: column -> test rows whose category no training row has (all zeros)
+    impute: str  # csv: what a missing feature value became (none: refused)
 
 
 class ModelInfo(TypedDict):
