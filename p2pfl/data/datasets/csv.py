@@ -52,7 +52,7 @@ class Csv(OwnFiles):
     """Rows of a CSV file with a header: numeric columns standardised, categorical ones one-hot encoded."""
 
     capabilities = frozenset({FEATURES})
-    test_set = "one file, no test rows of its own"
+    test_set = "a CSV file is one table"
 
     def load(self) -> Arrays:
         header, rows, lines = self.table(self.located())
