@@ -39,7 +39,8 @@ BUDGET: dict[str, Any] = dict(algorithm="fedavg", peers=16, topology="complete",
                               lr=0.01, eval_every=20, progress=False)
 
 #: case -> (dataset under OUT, its options over BUDGET); --figures gets data-digits-<partition>.png.
-#: The 32-pixel cases are the runs; npz8-iid shows why (fedavg's 4-pixel crop on 8-pixel images, docs/data.md).
+#: The 32-pixel cases were chosen while fedavg's crop padded by a fixed 4 pixels; npz8-iid is the 8-pixel file, whose
+#: crop now pads by 1 (p2pfl.data.augment.crop_padding; docs/data.md).
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "npz-iid": ("digits32.npz", dict(partition="iid")),
     "npz-shard": ("digits32.npz", dict(partition="shard", shards_per_peer=2)),
@@ -47,7 +48,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "folder-shard": ("digits", dict(partition="shard", shards_per_peer=2, image_size=32)),
     "npz8-iid": ("digits.npz", dict(partition="iid", model="resnet-small")),
 }
-SIDE = 32  # the side the runs use: fedavg's crop pads by 4 pixels, CIFAR's 1/8 of 32
+SIDE = 32  # the side the 32-pixel runs use (simple-cnn needs at least 16 pixels)
 
 
 def digits() -> tuple[np.ndarray, np.ndarray]:
