@@ -18,3 +18,9 @@ GIVES_GRADIENTS = "gives-gradients"
 #: no image transform (the supervised learners); a run pairs a dataset that gives them with a method and a model
 #: that take them (p2pfl.data.datasets._base.Dataset.check).
 FEATURES = "features"
+#: Token sequences (a text --dataset: rows N×T of int64 token ids; next-token prediction, the target of position t
+#: is token t+1) rather than images. Declared as FEATURES is: by a dataset that gives them (leaf:), a model that
+#: takes them (char-lstm: ids in, one feature vector per position out), a method whose local step and scoring
+#: predict the next token (the fedavg family: token accuracy and perplexity); p2pfl.data.datasets._base.Dataset.check
+#: pairs them.
+TOKENS = "tokens"

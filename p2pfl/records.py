@@ -483,11 +483,15 @@ class Partition(TypedDict):
     class_counts: list[list[int]]  # peers x classes
 
 
-class DataPartition(Partition):
-    """The partition of one dataset over the peers (p2pfl.workload)."""
-
+class _DataPartition(Partition):
     classes: list[str]
     rotation_groups: list[int]
+
+
+class DataPartition(_DataPartition, total=False):
+    """The partition of one dataset over the peers (p2pfl.workload)."""
+
+    groups: list[list[int]]  # a dataset with natural groups (leaf:): each peer's, by their number in dataset.users
 
 
 class _Dataset(TypedDict):
@@ -511,6 +515,12 @@ class DatasetInfo(_Dataset, total=False):
     categorical: dict[str, list[str]]  # csv: column -> its categories in the training rows (the one-hot order)
     unseen_categories: dict[str, int]  # csv: column -> test rows whose category no training row has (all zeros)
     impute: str  # csv: what a missing feature value became (none: refused)
+    vocabulary: str  # leaf: the training text's characters, sorted: token ids 0..V-2 (V-1 the unknown token)
+    unknown_token: str  # leaf: the unknown token's class name, "<unk>"
+    unknown_test_characters: int  # leaf: test characters no training text has (read as the unknown token)
+    sequence_length: int  # leaf: T + 1 tokens a sample (x, then y)
+    users: list[str]  # leaf: the training users, in the order read (their numbers: the natural groups)
+    user_samples: list[int]  # leaf: each user's training samples
 
 
 class ModelInfo(TypedDict):

@@ -66,7 +66,8 @@ def test_a_component_named_with_an_argument(tmp_path: Path) -> None:
     assert "npz:PATH" in DATASETS.choices() and "folder:PATH" in DATASETS.choices()
     with pytest.raises(UnknownComponent, match=r"^--dataset: unknown dataset 'cifar10:x'; allowed: .*npz:PATH"):
         DATASETS.get("cifar10:x")
-    with pytest.raises(ConfigError, match=r"^--dataset: unknown value 'npz'; allowed: .*folder:PATH, npz:PATH"):
+    with pytest.raises(ConfigError,
+                       match=r"^--dataset: unknown value 'npz'; allowed: .*folder:PATH, leaf:PATH, npz:PATH"):
         _cfg("npz")
     with pytest.raises(ConfigError, match=r"^--dataset: npz:nowhere\.npz: no such file$"):
         _cfg("npz:nowhere.npz")

@@ -24,10 +24,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from p2pfl.algorithms.gossip_learner import GossipLearner, GossipPeer
+from p2pfl.algorithms.local_batch import PeerBatch, StepLoss
 from p2pfl.algorithms.peer import Peer, derived
-from p2pfl.algorithms.scoring import classifier_scores, classifier_scores_stacked
+from p2pfl.algorithms.scoring import classifier_scores, classifier_scores_stacked, next_token, token_scores
 from p2pfl.algorithms.trainer import OneBatch
-from p2pfl.capabilities import FEATURES, MIXES_BY_W
+from p2pfl.capabilities import FEATURES, MIXES_BY_W, TOKENS
 from p2pfl.data import supervised_apply, supervised_draw
 from p2pfl.heterogeneity import Loss
 from p2pfl.method import ASYNCHRONOUS, BATCHABLE, Phase
@@ -52,7 +53,9 @@ class FedAvg(GossipLearner):
 
     name = "fedavg"
     defaults = MOON_PAPER
-    capabilities = frozenset({BATCHABLE, FEATURES})  # feature vectors: MoonNet on an mlp, no crop or flip
+    # feature vectors: MoonNet on an mlp, no crop or flip; token sequences: MoonNet's head and classifier on every
+    # position of a char-lstm's features, position t's logits predicting token t+1
+    capabilities = frozenset({BATCHABLE, FEATURES, TOKENS})
 
     def setup(self) -> None:
         super().setup()
@@ -73,11 +76,23 @@ class FedAvg(GossipLearner):
 
     def criterion(self, out: tuple[torch.Tensor, ...], y: torch.Tensor, refs: list
                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Cross-entropy of MoonNet's logits (methods add their terms here)."""
-        return F.cross_entropy(out[2], y), {}
+        """Cross-entropy of MoonNet's logits (methods add their terms here); of every position's logits against
+        the next tokens for token sequences (B×T×V logits, B×T targets)."""
+        return F.cross_entropy(out[2].flatten(0, -2), y.flatten()), {}
+
+    def local_loss(self, batch: PeerBatch) -> StepLoss:
+        """The default loss; on token sequences the model reads all tokens but the last and each position's target
+        is the token after it (the sequence's label is not used)."""
+        if not self.dataset.tokens:
+            return super().local_loss(batch)
+        inputs, targets = next_token(batch.augment(self.draw, self.apply))
+        return batch.model_loss(inputs, lambda out, y, refs: self.criterion(out, targets, refs),
+                                self.penalty if self.penalized else None)
 
     def zeta2_loss(self) -> Loss:
         """Cross-entropy of MoonNet's logits, the data term every MOON baseline shares (ζ², p2pfl.heterogeneity)."""
+        if self.dataset.tokens:
+            return lambda model, x, y: self.criterion(model(next_token(x)[0]), next_token(x)[1], [])[0]
         return lambda model, x, y: F.cross_entropy(model(x)[2], y)
 
     def loss(self, peer: GossipPeer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -86,10 +101,14 @@ class FedAvg(GossipLearner):
         return batch.model_loss(x, self.criterion, self.penalty if self.penalized else None)[0]
 
     def score(self, model: nn.Module, peer: int | None, final: bool) -> dict[str, float]:
+        if self.dataset.tokens:
+            return token_scores(self, model, logits_of=_logits)
         return classifier_scores(self, model, logits_of=_logits)
 
     def score_stacked(self, stacked: nn.Module, stack: PeerStack, peers: list[int], final: bool
-                      ) -> list[dict[str, float]]:
+                      ) -> list[dict[str, float]] | None:
+        if self.dataset.tokens:
+            return None  # peer by peer (`score`)
         return classifier_scores_stacked(self, stacked, stack, peers, select=lambda out: out[2])
 
 

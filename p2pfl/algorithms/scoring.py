@@ -1,10 +1,12 @@
 """How the learning methods score a model: linear probe and kNN on encoder features, or test accuracy; for many
-peers at once, the same scores from one peer-stacked pass (p2pfl.models.stacked) and one batched probe."""
+peers at once, the same scores from one peer-stacked pass (p2pfl.models.stacked) and one batched probe; on token
+sequences (p2pfl.capabilities.TOKENS), next-token accuracy and perplexity."""
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
@@ -42,6 +44,31 @@ def classifier_scores(learner, model: nn.Module, logits_of=None) -> dict[str, fl
     ds = learner.dataset
     fn = logits_of(model) if logits_of is not None else model
     return {"test_acc": accuracy(fn, ds.x_test, ds.y_test, ds.mean, ds.std, learner.ctx.device)}
+
+
+def next_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, targets) of token sequences B×T: every token but the last, and each position's next token."""
+    return x[:, :-1], x[:, 1:]
+
+
+@torch.no_grad()
+def token_scores(learner, model: nn.Module, logits_of=None, batch: int = EVAL_BATCH) -> dict[str, float]:
+    """On the test sequences: test_acc, the accuracy of the last position's prediction (the sequence's label: a
+    LEAF sample's next character, LEAF's metric); token_acc, over every predicted position; perplexity, exp of
+    the mean cross-entropy over every predicted position (summed in float64)."""
+    ds, device = learner.dataset, learner.ctx.device
+    fn = logits_of(model) if logits_of is not None else model
+    nll = torch.zeros((), dtype=torch.float64, device=device)
+    hits = last = 0
+    for start in range(0, ds.x_test.shape[0], batch):
+        inputs, targets = next_token(ds.x_test[start:start + batch].to(device))
+        logits = fn(inputs)
+        nll += F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum").double()
+        predicted = logits.argmax(-1)
+        hits += int((predicted == targets).sum())
+        last += int((predicted[:, -1] == targets[:, -1]).sum())
+    n, positions = ds.x_test.shape[0], ds.x_test.shape[0] * (ds.x_test.shape[1] - 1)
+    return {"test_acc": last / n, "token_acc": hits / positions, "perplexity": float(torch.exp(nll / positions))}
 
 
 def stacked_outputs(stacked: nn.Module, stack: PeerStack, x_uint8: torch.Tensor, mean, std, device: torch.device,

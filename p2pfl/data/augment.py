@@ -12,7 +12,8 @@ images costs a handful of tensor ops. Given the same generator state, the output
 - :func:`normalize`: uint8 → float in [0, 1] → (x − mean) / std, for evaluation.
 
 Feature vectors B×F (a tabular dataset's, p2pfl.capabilities.FEATURES) pass the supervised transform and
-`normalize` untouched but for the cast to the run's dtype: they are standardised when read.
+`normalize` untouched but for the cast to the run's dtype: they are standardised when read. Token ids B×T (int64,
+p2pfl.capabilities.TOKENS) pass untouched, never cast.
 """
 from __future__ import annotations
 
@@ -37,7 +38,10 @@ def _stat(values: Sequence[float], x: torch.Tensor) -> torch.Tensor:
 
 def normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
     """Evaluation transform: uint8 (or [0, 1] float) images B×C×H×W → (x/255 − mean) / std as float32; float
-    feature vectors B×F → (x − mean) / std (a tabular dataset's 0 and 1: the features as read)."""
+    feature vectors B×F → (x − mean) / std (a tabular dataset's 0 and 1: the features as read); int64 token ids
+    as they are."""
+    if x.dtype == torch.int64:
+        return x  # token ids (p2pfl.capabilities.TOKENS): the model embeds them
     xf = to_float(x)
     return (xf - _stat(mean, xf)) / _stat(std, xf)
 

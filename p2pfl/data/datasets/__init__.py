@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from p2pfl.capabilities import FEATURES
+from p2pfl.capabilities import FEATURES, TOKENS
 from p2pfl.data.datasets._base import DATASETS, STAND_IN, Arrays, Dataset, ImageDataset
 from p2pfl.data.datasets._files import CIFAR10_CLASSES, DatasetNotFound, data_root
 from p2pfl.registry import options_of
@@ -71,7 +71,7 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, allow_dow
         where = f"the {' and '.join(takers)} dataset{'s' if len(takers) > 1 else ''} only" if takers else "no dataset"
         raise ValueError(f"options {sorted(options)} apply to {where}, not {cls.name!r}")
     arrays = cls(options_of(cls, cfg), data_root(data_dir), allow_download).load(**options)
-    return assemble(cls.name, arrays, features=FEATURES in cls.capabilities)
+    return assemble(cls.name, arrays, features=FEATURES in cls.capabilities, tokens=TOKENS in cls.capabilities)
 
 
 def _takes(cls: type[Dataset], options: dict[str, Any]) -> bool:
@@ -88,18 +88,19 @@ def synthetic_dataset(**options: Any) -> ImageDataset:
 
 # --------------------------------------------------------------------------------------------------- assembling
 
-def assemble(name: str, arrays: Arrays, features: bool = False) -> ImageDataset:
+def assemble(name: str, arrays: Arrays, features: bool = False, tokens: bool = False) -> ImageDataset:
     """The ImageDataset of what dataset ``name``'s `load` gave, checked (a ValueError of one line naming the
-    dataset and what is wrong); with `features` (a dataset declaring FEATURES) feature vectors, not images."""
+    dataset and what is wrong); with `features` (a dataset declaring FEATURES) feature vectors, with `tokens`
+    (TOKENS) token sequences, not images."""
     def fail(message: str) -> ValueError:
         return ValueError(f"--dataset {name}: {message}")
 
     if not isinstance(arrays, Arrays):
         raise fail(f"load() must return p2pfl.data.datasets.Arrays, got {type(arrays).__name__}")
-    read = _features if features else _images
+    read = _tokens if tokens else _features if features else _images
     x_train, x_test = read(arrays.x_train, "x_train", fail), read(arrays.x_test, "x_test", fail)
     if x_train.shape[1:] != x_test.shape[1:]:
-        what = "feature vectors" if features else "images"
+        what = "token sequences" if tokens else "feature vectors" if features else "images"
         raise fail(f"train {what} are {tuple(x_train.shape[1:])}, test {what} {tuple(x_test.shape[1:])}")
     y_train, y_test = _labels(arrays.y_train, "y_train", len(x_train), fail), _labels(arrays.y_test, "y_test",
                                                                                     len(x_test), fail)
@@ -108,14 +109,22 @@ def assemble(name: str, arrays: Arrays, features: bool = False) -> ImageDataset:
     low = int(min(y_train.min(initial=0), y_test.min(initial=0)))
     if low < 0 or top >= num_classes or num_classes < 1:
         raise fail(f"labels must lie in [0, {num_classes}), found [{low}, {top}]")
+    if tokens and not all(0 <= int(x.min()) and int(x.max()) < num_classes for x in (x_train, x_test)):
+        raise fail(f"token ids must lie in [0, {num_classes}) (the vocabulary is the classes)")
     channels = int(x_train.shape[1])
-    mean, std = _normalisation(arrays, x_train, fail) if not features else _identity(arrays, channels)
+    if tokens:
+        mean, std = (0.0,), (1.0,)  # token ids reach the model as they are
+        channels = 1
+    else:
+        mean, std = _normalisation(arrays, x_train, fail) if not features else _identity(arrays, channels)
     if len(mean) != channels or len(std) != channels or min(std) <= 0:
         raise fail(f"mean and std must give one value per channel ({channels}), std > 0")
     classes = tuple(str(c) for c in arrays.classes) if arrays.classes else tuple(map(str, range(num_classes)))
+    groups = None if arrays.groups is None else torch.from_numpy(
+        _labels(arrays.groups, "groups", len(x_train), fail))
     return ImageDataset(name=name, x_train=x_train, y_train=torch.from_numpy(y_train),
                         x_test=x_test, y_test=torch.from_numpy(y_test), num_classes=num_classes, classes=classes,
-                        mean=mean, std=std, extra=dict(arrays.extra))
+                        mean=mean, std=std, extra=dict(arrays.extra), groups=groups)
 
 
 def _images(x: Any, what: str, fail: Callable[[str], ValueError]) -> torch.Tensor:
@@ -150,6 +159,16 @@ def _features(x: Any, what: str, fail: Callable[[str], ValueError]) -> torch.Ten
     if not bool(torch.isfinite(t).all()):
         raise fail(f"{what} holds NaN or infinite values")
     return t.contiguous()
+
+
+def _tokens(x: Any, what: str, fail: Callable[[str], ValueError]) -> torch.Tensor:
+    """Token sequences as a contiguous int64 tensor N×T (T >= 2: position t predicts token t+1)."""
+    t = torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else torch.as_tensor(x)
+    if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 2:
+        raise fail(f"{what} must be token sequences N×T (T >= 2), got shape {tuple(t.shape)}")
+    if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
+        raise fail(f"{what} must be integer token ids, got {t.dtype}")
+    return t.to(torch.int64).contiguous()
 
 
 def _identity(arrays: Arrays, features: int) -> tuple[tuple[float, ...], tuple[float, ...]]:

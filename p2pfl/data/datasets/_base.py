@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from p2pfl.capabilities import FEATURES
+from p2pfl.capabilities import FEATURES, TOKENS
 from p2pfl.options import Check
 from p2pfl.registry import Component, Registry
 
@@ -38,20 +38,31 @@ class ImageDataset:
     std: tuple[float, ...] = ()
     multilabel: bool = False
     extra: dict = field(default_factory=dict)
+    #: Each training sample's natural group (a LEAF user), int64 0..G−1, for --partition natural; None: none.
+    groups: torch.Tensor | None = None
 
     @property
     def features(self) -> bool:
         """Whether it holds feature vectors N×F (float32, a tabular dataset's) rather than images N×C×H×W."""
-        return self.x_train.dim() == 2
+        return self.x_train.dim() == 2 and self.x_train.is_floating_point()
+
+    @property
+    def tokens(self) -> bool:
+        """Whether it holds token sequences N×T (int64 ids of a vocabulary of num_classes; capability TOKENS)."""
+        return self.x_train.dim() == 2 and self.x_train.dtype == torch.int64
 
     @property
     def channels(self) -> int:
-        """Number of image channels (1 or 3); of features F for feature vectors (F channels of one pixel)."""
-        return int(self.x_train.shape[1])
+        """Number of image channels (1 or 3); of features F for feature vectors (F channels of one pixel); the
+        vocabulary's size for token sequences (a model's embedding is built from it)."""
+        return self.num_classes if self.tokens else int(self.x_train.shape[1])
 
     @property
     def image_size(self) -> int:
-        """Image height (the images are square for every dataset here); 1 for feature vectors."""
+        """Image height (the images are square for every dataset here); 1 for feature vectors; the sequence
+        length T for token sequences."""
+        if self.tokens:
+            return int(self.x_train.shape[1])
         return 1 if self.features else int(self.x_train.shape[2])
 
     def __repr__(self) -> str:
@@ -64,8 +75,9 @@ class Arrays:
     """What a dataset's `load` gives (numpy arrays or torch tensors). Images: N×C×H×W, N×H×W×C (the channel axis
     is the one of 1, 3 or 4 entries; axis 1 when both are) or N×H×W (one channel), square, uint8 or float in
     [0, 1] (stored rounded to uint8, as every dataset's); or, from a dataset with the capability FEATURES, feature
-    vectors N×F (stored float32, given to the model as they are: the dataset standardises them); labels: integers
-    in [0, num_classes)."""
+    vectors N×F (stored float32, given to the model as they are: the dataset standardises them); or, from a
+    dataset with the capability TOKENS, token sequences N×T (int64 ids in [0, num_classes): the vocabulary is the
+    classes, the label of a sequence its last token); labels: integers in [0, num_classes)."""
 
     x_train: Any
     y_train: Any
@@ -81,6 +93,8 @@ class Arrays:
     std: Sequence[float] | None = None
     #: Entries of the manifest's "dataset" record (where it was read from, its parameters).
     extra: dict = field(default_factory=dict)
+    #: Each training sample's natural group (its LEAF user), integers 0..G−1; None: the data has none.
+    groups: Any = None
 
 
 #: A dataset's capability: generated data that stands in for any dataset a task names (tests of FedMuscle's tasks
@@ -118,21 +132,23 @@ class Dataset(Component):
 
     @classmethod
     def check(cls, cfg: Any, check: Check) -> None:
-        """A dataset of feature vectors (capability FEATURES) runs with a method and a model that take them, and
-        without image options."""
-        if FEATURES not in cls.capabilities:
+        """A dataset of feature vectors (capability FEATURES) or token sequences (TOKENS) runs with a method and a
+        model that take them, and without image options."""
+        kind = next((k for k in (FEATURES, TOKENS) if k in cls.capabilities), None)
+        if kind is None:
             return
         from p2pfl.models.encoders import MODELS
         from p2pfl.options import catalogue
 
         argument = getattr(cls, "argument", None)
-        given = f"--dataset {cls.name}{':' + argument if argument else ''} gives feature vectors"
+        what, trains, takes = {FEATURES: ("feature vectors", "trains on images only", "takes images"),
+                               TOKENS: ("token sequences", "predicts no next token", "takes no token ids")}[kind]
+        given = f"--dataset {cls.name}{':' + argument if argument else ''} gives {what}"
         method = catalogue().get(cfg.algorithm, cfg)
-        check(method.can(FEATURES), "algorithm", f"{cfg.algorithm} trains on images only "
-                                                 f"({method.why_not(FEATURES)}); {given}")
+        check(method.can(kind), "algorithm", f"{cfg.algorithm} {trains} ({method.why_not(kind)}); {given}")
         model = MODELS.selected(cfg)
-        check(model is not None and FEATURES in model.capabilities, "model",
-              f"{cfg.model} takes images; {given}: use {' or '.join(MODELS.capable(FEATURES))}")
+        check(model is not None and kind in model.capabilities, "model",
+              f"{cfg.model} {takes}; {given}: use {' or '.join(MODELS.capable(kind))}")
         check(cfg.rotate_groups == 1, "rotate_groups", f"rotates images; {given}")
 
     @classmethod

@@ -24,15 +24,15 @@ from topologies.streams import MAX_SEED, SHARED, numpy_rng
 CHANNELS = (1, 3, 4)
 
 
-@method_options("dataset: npz, folder, csv")
+@method_options("dataset: npz, folder, csv, leaf")
 class OwnFilesOptions:
     """The options of the datasets read from one's own files."""
 
-    test_split: float | None = opt(None, "npz:/folder:/csv: without a test set of their own, the fraction of the "
+    test_split: float | None = opt(None, "npz:/folder:/csv:/leaf: without a test set of their own, the fraction of the "
                                          "images (rows) held out to test (drawn by --split-seed)", section="data",
                                    bounds="(0, 1)")
-    split_seed: int = opt(0, "npz:/folder:/csv: seed of --test-split's draw (fixed by default: the same test images "
-                             "for every --seed, as a file's own test set is)", section="data",
+    split_seed: int = opt(0, "npz:/folder:/csv:/leaf: seed of --test-split's draw (fixed by default: the same test "
+                             "images for every --seed, as a file's own test set is)", section="data",
                           bounds=f"[0, {MAX_SEED}]")
     image_size: int = opt(32, "folder: the side every image is resized to (square)", section="data",
                           bounds=">= 4 pixels")

@@ -1,0 +1,65 @@
+"""``--model char-lstm``: an embedding and an LSTM over token ids, the encoder of text (token sequences,
+p2pfl.capabilities.TOKENS).
+
+Built for a vocabulary of `in_channels` tokens (the dataset's classes) and sequences of `image_size` tokens (its
+length T, unused: any length runs). Input B×T int64 ids; output B×T×``--lstm-hidden``, one feature vector per
+position, each seeing the positions up to it only (a causal model): the method's head over the vocabulary turns
+position t's into the logits of token t+1. ``--embed-dim`` is the embedding's width, ``--lstm-layers`` the LSTM's
+depth (1 or 2). Initialisation: PyTorch's defaults, drawn from the run's init stream. It does not run peer-stacked
+(nn.LSTM's fused kernel has no grouped form): --batch-peers falls back to one peer at a time, saying so.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from p2pfl.capabilities import TOKENS
+from p2pfl.options import Check, opt
+
+from .base import Encoder, check_geometry
+from .encoders import MODELS, Model
+
+
+class CharLSTM(Encoder):
+    """Embedding, then a 1- or 2-layer LSTM (batch first); features per position."""
+
+    def __init__(self, in_channels: int, image_size: int = 1, embed_dim: int = 32, hidden: int = 128,
+                 layers: int = 1) -> None:
+        super().__init__()
+        check_geometry("char-lstm", in_channels, image_size)
+        self.in_channels, self.image_size = int(in_channels), int(image_size)
+        self.embed = nn.Embedding(self.in_channels, int(embed_dim))
+        self.lstm = nn.LSTM(int(embed_dim), int(hidden), num_layers=int(layers), batch_first=True)
+        self.feat_dim = int(hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lstm(self.embed(x))[0]
+
+
+@MODELS.register("char-lstm")
+class CharLSTMModel(Model):
+    """An embedding and an LSTM (--embed-dim, --lstm-hidden, --lstm-layers): the model of token sequences."""
+
+    capabilities = frozenset({TOKENS})
+
+    class Options:
+        embed_dim: int = opt(32, "char-lstm: width of the token embedding", section="training", bounds=">= 1")
+        lstm_hidden: int = opt(128, "char-lstm: width of the LSTM's state (its features per position)",
+                               section="training", bounds=">= 1")
+        lstm_layers: int = opt(1, "char-lstm: LSTM layers", section="training", bounds="[1, 2]")
+
+    @classmethod
+    def check(cls, cfg: Any, check: Check) -> None:
+        """Its input is token ids: a dataset that gives token sequences."""
+        from p2pfl.data.datasets import DATASETS
+
+        dataset = DATASETS.selected(cfg)
+        check(dataset is None or TOKENS in dataset.capabilities, "model",
+              f"char-lstm takes token ids; --dataset {cfg.dataset} gives none (use "
+              f"{' or '.join(n + ':PATH' for n in DATASETS.capable(TOKENS))})")
+
+    def build(self, in_channels: int, image_size: int, **kw: Any) -> nn.Module:
+        o = self.options
+        return CharLSTM(in_channels, image_size, o.embed_dim, o.lstm_hidden, o.lstm_layers)
