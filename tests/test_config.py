@@ -183,7 +183,7 @@ def test_allowed_values_come_from_their_owners(monkeypatch) -> None:
         del KINDS["lazy"]
     monkeypatch.setitem(optim.SCHEDULES, "warm", lambda lr, round, rounds: lr)
     assert make_config(schedule="warm").schedule == "warm"
-    with pytest.raises(ConfigError, match="allowed: dirichlet, iid, inner-dirichlet, one-class, pathological, "
+    with pytest.raises(ConfigError, match="allowed: dirichlet, iid, inner-dirichlet, natural, one-class, pathological, "
                                           "quantity, shard, skew$"):
         make_config(partition="shards")
 

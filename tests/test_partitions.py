@@ -18,6 +18,8 @@ from p2pfl.seeding import SHARED, numpy_rng
 from conftest import run_job, timing_free_records
 
 BUILT_INS = ("dirichlet", "iid", "inner-dirichlet", "one-class", "pathological", "quantity", "shard", "skew")
+#: The built-ins that split by the data's natural groups, not by labels (tested in tests/test_leaf.py).
+GROUPED = ("natural",)
 
 
 def labels(per_class: list[int], seed: int = 0) -> np.ndarray:
@@ -35,7 +37,7 @@ def assert_disjoint(parts: list[np.ndarray], n: int, cover: bool = True) -> None
 
 
 def test_the_registry_holds_the_built_ins() -> None:
-    assert tuple(PARTITIONS.names()) == BUILT_INS
+    assert tuple(PARTITIONS.names()) == tuple(sorted(BUILT_INS + GROUPED))
     assert PARTITIONS.resolve("oneclass") == "one-class"
 
 

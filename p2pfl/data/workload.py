@@ -65,13 +65,20 @@ def load_workload(cfg: Any, n_peers: int, world: Any) -> Workload:
                                              f"train-subset/{dataset.name}"))
         dataset.x_train = dataset.x_train[keep]
         dataset.y_train = dataset.y_train[keep]
+        if dataset.groups is not None:
+            dataset.groups = dataset.groups[keep]
     labels = dataset.y_train.numpy()
-    parts = partition(labels, n_peers, cfg.partition, cfg.seed, num_classes=dataset.num_classes, cfg=cfg)
+    users = None if dataset.groups is None else dataset.groups.numpy()
+    parts = partition(labels, n_peers, cfg.partition, cfg.seed, num_classes=dataset.num_classes, cfg=cfg,
+                      groups=users)
+    # each peer's natural groups (LEAF users), by their number in the dataset's record
+    natural = {} if users is None else {"groups": [np.unique(users[p]).tolist() for p in parts]}
     groups = rotation_groups(n_peers, cfg.rotate_groups)
     counts = class_counts(parts, labels, dataset.num_classes)
     manifest = {"partition": {**partition_record(cfg),
                               "sizes": [int(p.size) for p in parts], "class_counts": counts.tolist(),
-                              "classes": list(dataset.classes), "rotation_groups": groups},
+                              "classes": list(dataset.classes), "rotation_groups": groups,
+                              **natural},
                 "dataset": {"name": dataset.name, "train": int(dataset.x_train.shape[0]),
                             "test": int(dataset.x_test.shape[0]), **dataset.extra}}
     return Workload(dataset=dataset, parts=parts, groups=groups, seed=cfg.seed, rotate_groups=cfg.rotate_groups,

@@ -14,6 +14,7 @@ the one entry point; each file's docstring gives its scheme's details:
 | pathological | exactly k classes, each class split equally among its holders | --classes-per-peer |
 | inner-dirichlet | a size fixed beforehand, its class mix Dir_C(alpha) | --alpha, --inner-sizes |
 | quantity | IID labels, sizes from a power law or a list | --quantity-exponent, --quantity-sizes |
+| natural | whole natural groups (LEAF users), sizes balanced | — |
 
 The rotation feature shift (--rotate-groups) is no partition: p2pfl.data.partition.
 """
@@ -59,12 +60,13 @@ def make(kind: str, cfg: Any = None, **params: Any) -> Partition:
 
 
 def partition(labels: Any, n_peers: int, kind: str, seed: int, num_classes: int | None = None, cfg: Any = None,
-              **params: Any) -> list[np.ndarray]:
+              groups: Any = None, **params: Any) -> list[np.ndarray]:
     """Split the indices 0..N−1 of ``labels`` among ``n_peers`` peers by the partition ``kind``, its parameters
     from ``cfg`` and the keywords (`make`), drawing from ``numpy_rng(seed, SHARED, "partition")``.
 
     Returns one int64 index array per peer; PartitionError (one line) when the split cannot be made or leaves a
-    peer empty. Depends only on (labels, n_peers, kind, seed, parameters).
+    peer empty. Depends only on (labels, n_peers, kind, seed, parameters); a `grouped` partition (natural) on
+    ``groups``, each sample's natural group (a LEAF user), instead of the labels.
     """
     y = as_labels(labels)
     n = y.size
@@ -75,7 +77,16 @@ def partition(labels: Any, n_peers: int, kind: str, seed: int, num_classes: int 
     if n and y.max() >= c:
         raise PartitionError(f"labels go up to {int(y.max())} but num_classes is {c}")
     scheme = make(kind, cfg, **params)
-    parts = scheme.split(y, k, c, numpy_rng(seed, SHARED, "partition"))
+    if scheme.grouped:
+        if groups is None:
+            raise PartitionError(f"{scheme.name} partition: the dataset gives no natural groups (users); "
+                                 "LEAF data (--dataset leaf:PATH) does")
+        g = as_labels(groups)
+        if g.size != n:
+            raise PartitionError(f"{scheme.name} partition: {g.size} groups for {n} samples")
+        parts = scheme.split_groups(g, k, numpy_rng(seed, SHARED, "partition"))
+    else:
+        parts = scheme.split(y, k, c, numpy_rng(seed, SHARED, "partition"))
     empty = [i for i, p in enumerate(parts) if p.size == 0]
     if empty:
         raise PartitionError(f"{scheme.name} partition of {n} samples over {k} peers leaves peers {empty[:10]} "

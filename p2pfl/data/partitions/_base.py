@@ -29,10 +29,17 @@ class Partition(Component):
 
     #: The parameters a run's label shows, e.g. ``dirichlet(alpha=0.5)`` (None: every parameter).
     shown: ClassVar[tuple[str, ...] | None] = None
+    #: Whether it splits by each sample's natural group (a LEAF user: `split_groups`) rather than by labels.
+    grouped: ClassVar[bool] = False
 
     def split(self, y: np.ndarray, k: int, c: int, rng: np.random.Generator) -> list[np.ndarray]:
         """One index array per peer for int64 labels `y` in 0..c−1, drawing only from `rng`; indices may be left
         out (a scheme that does not cover every sample) but never given twice."""
+        raise NotImplementedError
+
+    def split_groups(self, groups: np.ndarray, k: int, rng: np.random.Generator) -> list[np.ndarray]:
+        """One index array per peer from each sample's group (int64 0..G−1), drawing only from `rng` (a
+        `grouped` partition's split)."""
         raise NotImplementedError
 
     @classmethod
