@@ -491,7 +491,7 @@ class _DataPartition(Partition):
 class DataPartition(_DataPartition, total=False):
     """The partition of one dataset over the peers (p2pfl.workload)."""
 
-    groups: list[list[int]]  # a dataset with natural groups (leaf:): each peer's, by their number in dataset.users
+    groups: list[list[int]]  # natural groups (leaf: users, csv: --natural-column): each peer's, by their number
 
 
 class _Dataset(TypedDict):
@@ -521,6 +521,8 @@ class DatasetInfo(_Dataset, total=False):
     sequence_length: int  # leaf: T + 1 tokens a sample (x, then y)
     users: list[str]  # leaf: the training users, in the order read (their numbers: the natural groups)
     user_samples: list[int]  # leaf: each user's training samples
+    natural_column: str  # csv: --natural-column, the column of the rows' natural groups
+    natural_groups: list[str]  # csv: its values, in the order of their numbers (the groups)
 
 
 class ModelInfo(TypedDict):

@@ -235,3 +235,29 @@ def test_a_leaf_run_on_one_and_two_ranks_bit_for_bit(tmp_path: Path) -> None:
     manifests = [json.loads((tmp_path / "runs" / n / "manifest.json").read_text()) for n in ("one", "two")]
     assert manifests[0]["dataset"] == manifests[1]["dataset"] and manifests[1]["world_size"] == 2
     assert manifests[0]["partition"] == manifests[1]["partition"]
+
+
+def test_a_csv_column_as_the_natural_groups(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    n = 60
+    hospital = rng.choice(["north", "east", "south", "west", "centre"], n)
+    rows = [[f"{rng.normal():.3f}", hospital[i], f"{rng.normal():.3f}", int(rng.integers(0, 2))] for i in range(n)]
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join(",".join(map(str, r)) for r in [["a", "hospital", "b", "label"], *rows]) + "\n")
+    dataset = f"csv:{path}"
+    cfg = make_config(algorithm="fedavg", model="mlp", dataset=dataset, test_split=0.25, natural_column="hospital")
+    ds = load_dataset(dataset, cfg=cfg)
+    held = np.zeros(n, dtype=bool)
+    held[numpy_rng(0, SHARED, "test-split").permutation(n)[:15]] = True
+    names = list(dict.fromkeys(hospital[~held]))  # numbered in the order the training rows show them
+    assert ds.x_train.shape == (45, 2) and ds.extra["natural_groups"] == names
+    assert ds.groups.tolist() == [names.index(h) for h in hospital[~held]]
+    parts = partition(ds.y_train, 5, "natural", seed=1, groups=ds.groups)
+    assert sorted(p.tolist() for p in parts) == sorted(np.flatnonzero(ds.groups.numpy() == g).tolist()
+                                                       for g in range(5))
+    for column, message in (("ward", "has no column 'ward' (--natural-column); its columns: a, hospital, b, label"),
+                            ("label", "column 'label' is the label column; --natural-column names another")):
+        with pytest.raises(ValueError) as info:
+            load_dataset(dataset, cfg=make_config(algorithm="fedavg", model="mlp", dataset=dataset,
+                                                  test_split=0.25, natural_column=column))
+        assert str(info.value) == f"--dataset {dataset}: {message}"

@@ -71,7 +71,7 @@ def load_workload(cfg: Any, n_peers: int, world: Any) -> Workload:
     users = None if dataset.groups is None else dataset.groups.numpy()
     parts = partition(labels, n_peers, cfg.partition, cfg.seed, num_classes=dataset.num_classes, cfg=cfg,
                       groups=users)
-    # each peer's natural groups (LEAF users), by their number in the dataset's record
+    # each peer's natural groups (leaf: users, csv: --natural-column), by their number in the dataset's record
     natural = {} if users is None else {"groups": [np.unique(users[p]).tolist() for p in parts]}
     groups = rotation_groups(n_peers, cfg.rotate_groups)
     counts = class_counts(parts, labels, dataset.num_classes)

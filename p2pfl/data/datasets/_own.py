@@ -37,6 +37,8 @@ class OwnFilesOptions:
     image_size: int = opt(32, "folder: the side every image is resized to (square)", section="data",
                           bounds=">= 4 pixels")
     label_column: str | None = opt(None, "csv: the column holding the labels (default: the last)", section="data")
+    natural_column: str | None = opt(None, "csv: the column whose values are the rows' natural groups (a writer, a "
+                                           "hospital) for --partition natural; it is no feature", section="data")
     impute: str = opt("none", "csv: a missing feature value is refused (none) or takes the training rows' mean, a "
                               "missing category no one-hot entry (mean)", ("none", "mean"), section="data")
 

@@ -14,6 +14,9 @@ the column, unless ``--impute mean``: a missing number then takes the training r
 missing category no one-hot entry. A missing label is always refused. The file holds no test set:
 ``--test-split FRACTION`` holds rows out (drawn by ``--split-seed``) before any statistic is computed. Every rank
 reads the file itself (no cache); the manifest records its digest, the statistics and the categories.
+``--natural-column NAME`` names a column whose values are the rows' natural groups (a writer, a hospital:
+``--partition natural`` gives each peer whole groups); it is no feature, a training row's group may not be
+missing, and the manifest records the values (``natural_groups``, numbered in the order the training rows show them).
 
     label,age,smoker,weight
     healthy,41,no,70.5
@@ -62,12 +65,13 @@ class Csv(OwnFiles):
             raise self.fail(f"holds no test set ({self.test_set}): give --test-split FRACTION")
         index = np.arange(len(rows))
         _, train, _, test = self.split(torch.from_numpy(index), index, self.options.test_split)
+        natural, groups, group_names = self.natural(header, label, rows, lines, train)
         columns: list[np.ndarray] = []
         numeric: dict[str, list[float]] = {}
         categorical: dict[str, list[str]] = {}
         unseen: dict[str, int] = {}
         for j, name in enumerate(header):
-            if j == label:
+            if j in (label, natural):
                 continue
             values = [r[j].strip() for r in rows]
             missing = np.array([v.lower() in MISSING for v in values])
@@ -114,7 +118,31 @@ class Csv(OwnFiles):
             "impute": self.options.impute}
         if unseen:
             extra["unseen_categories"] = unseen
-        return Arrays(x_train, y_train, x_test, y_test, num_classes=len(names), classes=names, extra=extra)
+        if natural is not None:
+            extra.update(natural_column=header[natural], natural_groups=group_names)
+        return Arrays(x_train, y_train, x_test, y_test, num_classes=len(names), classes=names, extra=extra,
+                      groups=groups)
+
+    def natural(self, header: list[str], label: int, rows: list[list[str]], lines: list[int], train: np.ndarray
+                ) -> tuple[int | None, np.ndarray | None, list[str]]:
+        """--natural-column: its position, each training row's group (numbered in the order the training rows
+        show them) and the groups' values; (None, None, []) without it."""
+        wanted = self.options.natural_column
+        if wanted is None:
+            return None, None, []
+        if wanted not in header:
+            raise self.fail(f"has no column '{wanted}' (--natural-column); its columns: {', '.join(header)}")
+        j = header.index(wanted)
+        if j == label:
+            raise self.fail(f"column '{wanted}' is the label column; --natural-column names another")
+        values = [rows[i][j].strip() for i in train]
+        for i, v in zip(train, values):
+            if v.lower() in MISSING:
+                raise self.fail(f"line {lines[i]}, column '{wanted}': missing natural group")
+        order: dict[str, int] = {}
+        for v in values:
+            order.setdefault(v, len(order))
+        return j, np.array([order[v] for v in values], dtype=np.int64), list(order)
 
     def table(self, path: Path) -> tuple[list[str], list[list[str]], list[int]]:
         """The header, the rows (each as long as the header) and each row's line in the file."""

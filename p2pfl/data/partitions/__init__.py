@@ -80,7 +80,7 @@ def partition(labels: Any, n_peers: int, kind: str, seed: int, num_classes: int 
     if scheme.grouped:
         if groups is None:
             raise PartitionError(f"{scheme.name} partition: the dataset gives no natural groups (users); "
-                                 "LEAF data (--dataset leaf:PATH) does")
+                                 "--dataset leaf:PATH does, and csv:PATH with --natural-column")
         g = as_labels(groups)
         if g.size != n:
             raise PartitionError(f"{scheme.name} partition: {g.size} groups for {n} samples")

@@ -1,4 +1,5 @@
-"""natural: the data's own groups (a LEAF user, p2pfl.data.datasets.leaf) kept whole, one or several per peer.
+"""natural: the data's own groups (a LEAF user, p2pfl.data.datasets.leaf; a value of csv's --natural-column) kept
+whole, one or several per peer.
 
 With G groups over K peers: G < K is refused; otherwise the groups are dealt by sizes, largest first, each to the
 peer holding the fewest samples so far (ties: the lowest peer), the order among groups of equal size drawn from
