@@ -22,6 +22,16 @@ from .base import Encoder, check_geometry
 from .encoders import MODELS, Model
 
 
+def takes_tokens(model: str, cfg: Any, check: Check) -> None:
+    """A model of token ids runs on a dataset that gives token sequences (capability TOKENS)."""
+    from p2pfl.data.datasets import DATASETS
+
+    dataset = DATASETS.selected(cfg)
+    check(dataset is None or TOKENS in dataset.capabilities, "model",
+          f"{model} takes token ids; --dataset {cfg.dataset} gives none (use "
+          f"{' or '.join(n + ':PATH' for n in DATASETS.capable(TOKENS))})")
+
+
 class CharLSTM(Encoder):
     """Embedding, then a 1- or 2-layer LSTM (batch first); features per position."""
 
@@ -52,13 +62,7 @@ class CharLSTMModel(Model):
 
     @classmethod
     def check(cls, cfg: Any, check: Check) -> None:
-        """Its input is token ids: a dataset that gives token sequences."""
-        from p2pfl.data.datasets import DATASETS
-
-        dataset = DATASETS.selected(cfg)
-        check(dataset is None or TOKENS in dataset.capabilities, "model",
-              f"char-lstm takes token ids; --dataset {cfg.dataset} gives none (use "
-              f"{' or '.join(n + ':PATH' for n in DATASETS.capable(TOKENS))})")
+        takes_tokens(cls.name, cfg, check)
 
     def build(self, in_channels: int, image_size: int, **kw: Any) -> nn.Module:
         o = self.options
