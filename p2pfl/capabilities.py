@@ -20,7 +20,7 @@ GIVES_GRADIENTS = "gives-gradients"
 FEATURES = "features"
 #: Token sequences (a text --dataset: rows N×T of int64 token ids; next-token prediction, the target of position t
 #: is token t+1) rather than images. Declared as FEATURES is: by a dataset that gives them (leaf:), a model that
-#: takes them (char-lstm: ids in, one feature vector per position out), a method whose local step and scoring
-#: predict the next token (the fedavg family: token accuracy and perplexity); p2pfl.data.datasets._base.Dataset.check
-#: pairs them.
+#: takes them and them only (char-lstm, char-transformer: ids in, one feature vector per position out), a method
+#: whose local step and scoring predict the next token (the fedavg family: token accuracy and perplexity);
+#: p2pfl.data.datasets._base.Dataset.check pairs them, and refuses a model of token ids on any other dataset.
 TOKENS = "tokens"

@@ -16,20 +16,10 @@ import torch
 from torch import nn
 
 from p2pfl.capabilities import TOKENS
-from p2pfl.options import Check, opt
+from p2pfl.options import opt
 
 from .base import Encoder, check_geometry
 from .encoders import MODELS, Model
-
-
-def takes_tokens(model: str, cfg: Any, check: Check) -> None:
-    """A model of token ids runs on a dataset that gives token sequences (capability TOKENS)."""
-    from p2pfl.data.datasets import DATASETS
-
-    dataset = DATASETS.selected(cfg)
-    check(dataset is None or TOKENS in dataset.capabilities, "model",
-          f"{model} takes token ids; --dataset {cfg.dataset} gives none (use "
-          f"{' or '.join(n + ':PATH' for n in DATASETS.capable(TOKENS))})")
 
 
 class CharLSTM(Encoder):
@@ -59,10 +49,6 @@ class CharLSTMModel(Model):
         lstm_hidden: int = opt(128, "char-lstm: width of the LSTM's state (its features per position)",
                                section="training", bounds=">= 1")
         lstm_layers: int = opt(1, "char-lstm: LSTM layers", section="training", bounds="[1, 2]")
-
-    @classmethod
-    def check(cls, cfg: Any, check: Check) -> None:
-        takes_tokens(cls.name, cfg, check)
 
     def build(self, in_channels: int, image_size: int, **kw: Any) -> nn.Module:
         o = self.options

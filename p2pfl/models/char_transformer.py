@@ -19,7 +19,6 @@ from p2pfl.capabilities import TOKENS
 from p2pfl.options import Check, opt
 
 from .base import Encoder, ModelConfigError, check_geometry
-from .char_lstm import takes_tokens
 from .encoders import MODELS, Model
 
 
@@ -62,7 +61,6 @@ class CharTransformerModel(Model):
 
     @classmethod
     def check(cls, cfg: Any, check: Check) -> None:
-        takes_tokens(cls.name, cfg, check)
         check(cfg.transformer_dim % cfg.transformer_heads == 0, "transformer_heads",
               f"must divide --transformer-dim {cfg.transformer_dim}, got {cfg.transformer_heads}")
 

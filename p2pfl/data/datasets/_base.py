@@ -133,12 +133,17 @@ class Dataset(Component):
     @classmethod
     def check(cls, cfg: Any, check: Check) -> None:
         """A dataset of feature vectors (capability FEATURES) or token sequences (TOKENS) runs with a method and a
-        model that take them, and without image options."""
-        kind = next((k for k in (FEATURES, TOKENS) if k in cls.capabilities), None)
-        if kind is None:
-            return
+        model that take them, and without image options; one of neither with no model of token ids (TOKENS)."""
         from p2pfl.models.encoders import MODELS
         from p2pfl.options import catalogue
+
+        kind = next((k for k in (FEATURES, TOKENS) if k in cls.capabilities), None)
+        if kind is None:
+            model = MODELS.selected(cfg)
+            check(model is None or TOKENS not in model.capabilities, "model",
+                  f"{cfg.model} takes token ids; --dataset {cfg.dataset} gives none (use "
+                  f"{' or '.join(n + ':PATH' for n in DATASETS.capable(TOKENS))})")
+            return
 
         argument = getattr(cls, "argument", None)
         what, trains, takes = {FEATURES: ("feature vectors", "trains on images only", "takes images"),
