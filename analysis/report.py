@@ -40,6 +40,7 @@ from .study import (
     study_table_csv,
 )
 from .target import Target, target_columns, target_markdown
+from .tuning import load_selection, tuning_markdown
 
 __all__ = [
     "Delta",
@@ -269,8 +270,10 @@ def write_study_report(study_dir: str | os.PathLike, out: str | os.PathLike | No
         from .study_plots import plot_study  # matplotlib, only when drawing
 
         figures = plot_study(study, folder, headline_metric(study, metric))
-    text = build_study_markdown(study, figures, base=folder,
-                                sections=[target_markdown(study, goal)] if goal is not None else ())
+    selection = load_selection(study.path)
+    sections = ([tuning_markdown(selection)] if selection is not None else []) + (
+        [target_markdown(study, goal)] if goal is not None else [])
+    text = build_study_markdown(study, figures, base=folder, sections=sections)
     write_atomic(folder / "table.csv", study_table_csv(study, target_columns(goal) if goal is not None else ()))
     write_atomic(md_path, text)
     return text, [md_path, folder / "table.csv", *figures.values()]

@@ -24,3 +24,7 @@ FEATURES = "features"
 #: whose local step and scoring predict the next token (the fedavg family: token accuracy and perplexity);
 #: p2pfl.data.datasets._base.Dataset.check pairs them, and refuses a model of token ids on any other dataset.
 TOKENS = "tokens"
+#: Its data come from the run's workload (p2pfl.data.workload) and its scores from the workload's test split, so
+#: --validation may carve a held-out split from the training data for it to be scored on instead (the learners; not
+#: consensus or the quadratic problem, which have no data, nor FedMuscle, whose tasks load their own).
+HOLDS_OUT = "holds-out"

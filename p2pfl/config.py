@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from p2pfl import plugins as _plugins
-from p2pfl.capabilities import BATCHABLE
+from p2pfl.capabilities import BATCHABLE, HOLDS_OUT
 from p2pfl.names import folder_name_error
 from p2pfl.options import bounds as _bounds
 from p2pfl.options import catalogue
@@ -127,9 +127,17 @@ class RunConfig:
     gossip: str = _opt("average", "the decentralised optimiser: how a round combines with the network (SPEC §7; "
                                   "each scheme and its options: --help gossip)",
                        _owned("p2pfl.gossip.schemes", "SCHEMES"))
+    gossip_steps: int = _opt(1, "gossip steps S per SGD step: the scheme's round, then S − 1 pure gossip steps (g = 0) "
+                                "on the same round's network (a time-varying graph gives its round's graph S times; "
+                                "link failures are drawn once a round); SGP's published runs took 2. Only the "
+                                "schemes marked multi-step (--help gossip)", bounds=">= 1")
     # compression: what a gossip message holds (SPEC §8, p2pfl.gossip.compress)
     compress: str = _opt("none", "the codec of gossip messages (each codec and its options: --help compress)",
                          _owned("p2pfl.gossip.compress", "CODECS"), section="compression")
+    compress_scope: str = _opt("vector", "what --compress compresses as one vector: the whole mixed vector (vector) "
+                                         "or each of the model's tensors on its own (tensor: its own k, norm and "
+                                         "scale, as ChocoSGD does; docs/compression.md); moot with --compress none",
+                               ("vector", "tensor"), section="compression")
     # time: the simulated clock (SPEC §9, p2pfl.network.timing) and asynchronous gossip
     mode: str = _opt("sync", "sync (rounds) or async (AD-PSGD: each peer computes, then averages with one "
                              "neighbour, in simulated-time order; needs the clock)", _owned("p2pfl.modes", "MODES"),
@@ -187,6 +195,9 @@ class RunConfig:
                               bounds=">= 1")
     train_subset: int | None = _opt(None, "use only the first N training images (fast runs)", section="data",
                                     bounds=">= 1 training images")
+    validation: float = _opt(0.0, "hold out this share of the training images (a seeded draw) and score every "
+                                  "evaluation on it instead of the test set, which is then never read (tuning; "
+                                  "docs/studies.md); 0: off", section="data", bounds="[0, 0.5]")
     # training
     model: str = _opt("simple-cnn", "encoder (hf:PATH: a local Hugging Face vision model)", _models,
                       section="training")
@@ -197,6 +208,8 @@ class RunConfig:
     optimizer: str = _opt("adam", "local optimiser", _owned("p2pfl.optim", "OPTIMIZERS"), section="training")
     lr: float = _opt(1e-3, "learning rate", section="training", bounds="> 0")
     momentum: float = _opt(0.9, "SGD momentum", section="training")
+    nesterov: bool = _opt(False, "Nesterov momentum for the local SGD steps (--optimizer sgd, --momentum > 0)",
+                          section="training")
     weight_decay: float = _opt(0.0, "weight decay", section="training")
     schedule: str = _opt("constant", "learning-rate schedule over rounds", _owned("p2pfl.optim", "SCHEDULES"),
                          section="training")
@@ -493,6 +506,10 @@ def validate(cfg: RunConfig) -> None:
     if cfg.peers is not None:
         _check(cfg.peers >= 2, "peers", f"need at least 2 peers, got {cfg.peers}")
         check_peer_count(cfg.peers)
+    if cfg.validation > 0:
+        method = catalogue().get(cfg.algorithm, cfg)
+        _check(method.can(HOLDS_OUT), "validation", f"{cfg.algorithm} is not scored on the run's dataset, so it has "
+                                                    "no held-out split to carve; run it without --validation")
     if cfg.crash is not None:
         from p2pfl.network import crash_syntax_error
         error = crash_syntax_error(cfg.crash)
@@ -524,6 +541,9 @@ def validate(cfg: RunConfig) -> None:
     if cfg.graph_file is not None:
         _check(os.path.isfile(cfg.graph_file), "graph_file", f"file not found: {cfg.graph_file}")
     _validate_methods(cfg, "data")
+    _check(not cfg.nesterov or (cfg.optimizer == "sgd" and cfg.momentum > 0), "nesterov",
+           f"is SGD's Nesterov momentum: needs --optimizer sgd and --momentum > 0, got --optimizer {cfg.optimizer} "
+           f"--momentum {shown(cfg.momentum)}")
     _validate_methods(cfg, "training")
     from p2pfl.registry import check_selected  # the rules of the components the run selects, in their files
     check_selected(cfg, _check)

@@ -163,6 +163,12 @@ class Algorithm:
         first = vectors[min(vectors)]
         return first.numel(), first.dtype
 
+    def mixed_layout(self) -> list[int] | None:
+        """The sizes of the segments of the mixed vector (its tensors, in order: what --compress-scope tensor
+        compresses one by one), summing to its length; None when it mixes none. By default one segment."""
+        mixed = self.mixed_vector()
+        return None if mixed is None else [mixed[0]]
+
     def round_metrics(self, round: int, net: RoundNetwork) -> dict[str, float] | None:
         """Network-level numbers for every round record, round 0's (the start) included (collective; rank 0's
         value is recorded; None: none, the default)."""

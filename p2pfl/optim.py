@@ -20,7 +20,7 @@ Schedule = Callable[[float, int, int], float]
 OPTIMIZERS: dict[str, OptimizerFactory] = {
     "adam": lambda params, cfg: torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay),
     "sgd": lambda params, cfg: torch.optim.SGD(params, lr=cfg.lr, momentum=local_momentum(cfg),
-                                               weight_decay=cfg.weight_decay),
+                                               weight_decay=cfg.weight_decay, nesterov=cfg.nesterov),
     "adamw": lambda params, cfg: torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay),
 }
 
@@ -56,7 +56,7 @@ def local_momentum(cfg: RunConfig) -> float:
 
 
 def make_optimizer(params: Iterable[nn.Parameter], cfg: RunConfig) -> torch.optim.Optimizer:
-    """A fresh `--optimizer` over `params` (lr, momentum and weight decay from the configuration)."""
+    """A fresh `--optimizer` over `params` (lr, momentum, --nesterov and weight decay from the configuration)."""
     return OPTIMIZERS[cfg.optimizer](params, cfg)
 
 

@@ -501,6 +501,10 @@ class _Dataset(TypedDict):
 
 
 class DatasetInfo(_Dataset, total=False):
+    scored_on: str  # "test", or "validation" under --validation (then `test` counts the held-out images)
+    validation: int  # --validation: the held-out training images every score is measured on
+    validation_fraction: float  # --validation F
+    validation_stream: str  # the seeded stream that drew them
     source: str  # a file dataset's path
     seed: int  # synthetic
     noise: float  # synthetic

@@ -20,7 +20,7 @@ from p2pfl.config import ResolvedRun, RunConfig, resolve, to_yaml
 from p2pfl.context import RunContext
 from p2pfl.gossip import CheckedExchange, Gossip, compress
 from p2pfl.gossip.codec import Codec
-from p2pfl.gossip.compress.base import scheme_capabilities
+from p2pfl.gossip.compress.base import Compressor, scheme_capabilities
 from p2pfl.gossip.compress.records import Compression, describe
 from p2pfl.gossip.schemes import SCHEMES
 from p2pfl.method import Algorithm
@@ -49,12 +49,24 @@ def compressor(cfg: RunConfig) -> Codec | None:
     return None if "dense" in codec.capabilities else codec
 
 
-def compression_record(cfg: RunConfig, algorithm: Algorithm) -> Compression | None:
-    """manifest["compression"]: the codec, its parameters and one message's bytes on the method's mixed vector
-    (with the consensus step γ of a scheme with its own error feedback); None for dense messages."""
-    codec = compressor(cfg)
+def bind_scope(cfg: RunConfig, algorithm: Algorithm, codec: Codec | None) -> None:
+    """--compress-scope tensor: the run's codec compresses each tensor of the method's mixed vector on its own
+    (its layout, known once the method is set up); vector scope leaves the codec as built."""
+    if codec is None or cfg.compress_scope != "tensor":
+        return
+    assert isinstance(codec, Compressor), f"--compress {cfg.compress}: a codec that is not a Compressor"
+    mixed, layout = algorithm.mixed_vector(), algorithm.mixed_layout()
+    assert mixed is not None and layout is not None, f"--compress: {cfg.algorithm} has no mixed vector"
+    assert sum(layout) == mixed[0], f"{cfg.algorithm}: its mixed layout holds {sum(layout)} values, not {mixed[0]}"
+    codec.per_tensor(layout)
+
+
+def compression_record(cfg: RunConfig, algorithm: Algorithm, codec: Codec | None) -> Compression | None:
+    """manifest["compression"]: the run's codec, its parameters and one message's bytes on the method's mixed
+    vector (with the consensus step γ of a scheme with its own error feedback); None for dense messages."""
     if codec is None:
         return None
+    assert isinstance(codec, Compressor), f"--compress {cfg.compress}: a codec that is not a Compressor"
     mixed = algorithm.mixed_vector()
     assert mixed is not None, f"--compress: {cfg.algorithm} has no mixed vector"
     feedback = "error-feedback" in scheme_capabilities().get(cfg.gossip, frozenset())
@@ -189,7 +201,9 @@ def build_algorithm(ctx: RunContext) -> Algorithm:
     """The configured algorithm with its peers set up (bad input ends every rank cleanly)."""
     algorithm = algorithms.get(ctx.cfg.algorithm, ctx.cfg)(ctx)
     agree(ctx.world, algorithm.setup)
-    compression = compression_record(ctx.cfg, algorithm)
+    codec = None if ctx.gossip.compressor is None else ctx.gossip.compressor.inner
+    bind_scope(ctx.cfg, algorithm, codec)
+    compression = compression_record(ctx.cfg, algorithm, codec)
     if compression is not None:
         ctx.record_manifest(compression=compression)
     return algorithm

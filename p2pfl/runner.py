@@ -259,7 +259,7 @@ class Runner:
         """The round in simulated time (SPEC §9), from every rank's local steps and per-link bytes; advances the
         clock."""
         assert self.ctx.clock is not None
-        timed = self.ctx.clock.round_time(*clock_inputs(parts))
+        timed = self.ctx.clock.round_time(*clock_inputs(parts), exchanges=self.cfg.gossip_steps)
         self.sim_time += timed.duration
         return sim_round(timed.duration, self.sim_time, timed.compute, timed.transfer, timed.idle)
 

@@ -3,8 +3,8 @@
 Each tensor is [P, *shape], peer i's parameter being row i. A step updates the peers 0..n-1 of an active prefix with
 a handful of batched (`torch._foreach_*`) kernels over all tensors instead of P separate `torch.optim` optimisers,
 and leaves peers n..P-1, parameters and state, bitwise untouched. Per peer, the result is what the `torch.optim`
-optimiser of `p2pfl.optim` (default settings apart from lr, momentum and weight decay) would compute from the same
-gradients, up to float rounding: peers keep their own step counts, hence their own Adam bias correction and the
+optimiser of `p2pfl.optim` (default settings apart from lr, momentum, Nesterov and weight decay) would compute from
+the same gradients, up to float rounding: peers keep their own step counts, hence their own Adam bias correction and the
 moment their SGD momentum buffer starts. `load_from` and `export_to` move the state to and from such per-peer
 optimisers.
 """
@@ -20,12 +20,15 @@ _STATE_KEYS = {"sgd": ("momentum_buffer",), "adam": ("exp_avg", "exp_avg_sq"), "
 class StackedOptimizer:
     """`kind` ("sgd", "adam" or "adamw") over the stacked `params` ([P, *shape] each), updated in place.
 
-    `momentum` is SGD's; Adam and AdamW ignore it, as `p2pfl.optim` does."""
+    `momentum` is SGD's; Adam and AdamW ignore it, as `p2pfl.optim` does. `nesterov`: SGD's Nesterov momentum
+    (torch.optim.SGD(nesterov=True): the step is d + μ·buf, buf = μ·buf + d), which needs a momentum."""
 
     def __init__(self, params: list[torch.Tensor], kind: str, *, lr: float, momentum: float = 0.0,
-                 weight_decay: float = 0.0) -> None:
+                 weight_decay: float = 0.0, nesterov: bool = False) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown optimiser kind {kind!r} (one of {', '.join(KINDS)})")
+        if nesterov and (kind != "sgd" or momentum == 0):
+            raise ValueError(f"Nesterov momentum is SGD's with a momentum, got {kind} with momentum {momentum}")
         if not params:
             raise ValueError("no parameters to optimise")
         self.params = list(params)
@@ -41,6 +44,7 @@ class StackedOptimizer:
         self.kind = kind
         self.lr = float(lr)
         self.momentum = float(momentum)
+        self.nesterov = bool(nesterov)
         self.weight_decay = float(weight_decay)
         self._inner = [t[0].numel() for t in self.params]
         self._steps = torch.zeros(self.P, dtype=torch.float32, device=first.device)
@@ -100,7 +104,7 @@ class StackedOptimizer:
             # buffers are zero until a peer's first step, where momentum * 0 + d_p is torch's initial buf = d_p
             torch._foreach_mul_(buf, self.momentum)
             torch._foreach_add_(buf, gs)
-            gs = buf
+            gs = torch._foreach_add(gs, buf, alpha=self.momentum) if self.nesterov else buf
         steps += 1
         torch._foreach_add_(ps, gs, alpha=-self.lr)
 
@@ -150,7 +154,7 @@ class StackedOptimizer:
         expected: dict[str, object]
         if self.kind == "sgd":
             cls = torch.optim.SGD
-            expected = {"momentum": self.momentum, "dampening": 0, "nesterov": False}
+            expected = {"momentum": self.momentum, "dampening": 0, "nesterov": self.nesterov}
         else:
             cls = torch.optim.Adam
             expected = {"betas": (_BETA1, _BETA2), "eps": _EPS, "amsgrad": False,

@@ -86,6 +86,20 @@ def timing_free_records(run_dir: Path) -> list[dict]:
     return out
 
 
+def one_and_two_ranks_agree(args: list[str], runs: Path) -> list[dict]:
+    """Run `python ARGS` (a p2pfl.run command writing under `runs`) on one process and under mpirun -n 2, assert
+    that their records (timings aside), dataset and partition entries agree bit for bit, and return the manifests
+    (one, two)."""
+    for ranks, name in ((2, "two"), (0, "one")):
+        proc = run_job([*args, "--name", name], ranks=ranks)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert timing_free_records(runs / "two") == timing_free_records(runs / "one")
+    manifests = [json.loads((runs / n / "manifest.json").read_text()) for n in ("one", "two")]
+    assert manifests[0]["dataset"] == manifests[1]["dataset"] and manifests[1]["world_size"] == 2
+    assert manifests[0]["partition"] == manifests[1]["partition"]
+    return manifests
+
+
 def same_records_on_ranks(script: str, tmp_path: Path, timeout: float = 600) -> dict[str, list[dict]]:
     """Run the tests/mpi `script` (one run folder per run under its OUT) in one process and under mpirun -n 2 and
     4, assert that every run's records are equal bit for bit (timings aside) and that no receive timed out, and

@@ -333,7 +333,7 @@ def test_the_manifest_records_the_codec_and_its_exact_message_bytes(runs_dir: Pa
     assert set(entry) == set(get_type_hints(Compression))
     assert entry == {"codec": "top-k", "ratio": 0.01, "kept": k, "qsgd_levels": None, "consensus_step": None,
                      "d": d, "dtype": "float32", "message_bytes": message, "dense_bytes": F32 * d,
-                     "bytes_ratio": message / (F32 * d)}
+                     "bytes_ratio": message / (F32 * d), "scope": "vector", "segments": 1}
     assert message == 181 == TopK(0.01).size(d, torch.float32)
 
 
@@ -349,7 +349,7 @@ def test_the_manifest_records_choco_s_step_and_qsgd_s_levels(runs_dir: Path) -> 
     message = HEADER + 8 + math.ceil(d * (math.ceil(math.log2(4 + 1)) + 1) / 8)
     assert entry == {"codec": "qsgd", "ratio": None, "kept": None, "qsgd_levels": 4, "consensus_step": 0.25,
                      "d": d, "dtype": "float64", "message_bytes": message, "dense_bytes": 8 * d,
-                     "bytes_ratio": message / (8 * d)}
+                     "bytes_ratio": message / (8 * d), "scope": "vector", "segments": 1}
 
 
 def test_a_poisoned_compressed_message_is_rejected(runs_dir: Path) -> None:

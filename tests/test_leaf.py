@@ -18,7 +18,7 @@ from p2pfl.data.datasets import load_dataset
 from p2pfl.data.partitions import PartitionError, partition
 from topologies.streams import SHARED, numpy_rng
 
-from conftest import run_job, timing_free_records
+from conftest import one_and_two_ranks_agree
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -233,13 +233,7 @@ def test_a_leaf_run_on_one_and_two_ranks_bit_for_bit(tmp_path: Path) -> None:
             "--lstm-hidden", "16", "--dataset", f"leaf:{root}", "--partition", "natural", "--peers", "4",
             "--rounds", "2", "--local-steps", "2", "--batch-size", "8", "--eval-every", "1", "--no-progress",
             "--no-plots", "--out", str(tmp_path / "runs")]
-    for ranks, name in ((2, "two"), (0, "one")):
-        proc = run_job([*args, "--name", name], ranks=ranks)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    assert timing_free_records(tmp_path / "runs" / "two") == timing_free_records(tmp_path / "runs" / "one")
-    manifests = [json.loads((tmp_path / "runs" / n / "manifest.json").read_text()) for n in ("one", "two")]
-    assert manifests[0]["dataset"] == manifests[1]["dataset"] and manifests[1]["world_size"] == 2
-    assert manifests[0]["partition"] == manifests[1]["partition"]
+    one_and_two_ranks_agree(args, tmp_path / "runs")
 
 
 def test_a_csv_column_as_the_natural_groups(tmp_path: Path) -> None:

@@ -85,3 +85,28 @@ def test_an_array_task_requeued_in_the_middle_resumes_exactly(tmp_path: Path, sl
                             capture_output=True, text=True, timeout=300)
     assert direct.returncode == 0, direct.stderr[-2000:]
     assert normalise(metrics) == normalise(tmp_path / "whole" / "metrics.jsonl")
+
+
+TUNED = {"algorithm": "fedavg", "model": "mlp", "dataset": "synthetic", "train_subset": 200, "peers": 4, "rounds": 2,
+         "local_steps": 1, "batch_size": 16, "optimizer": "sgd", "momentum": 0.0, "eval_every": 0, "plots": False}
+
+
+def test_a_tuned_study_submits_its_tuning_then_its_finals_with_the_choice(tmp_path: Path, slurm) -> None:
+    """Two arrays: the tuning points, then the final points after them (afterany); each final task makes the
+    choice from the finished tuning runs and runs with it."""
+    study = {"name": "tuned", "base": TUNED, "axes": {"topology": ["cycle", "complete"]}, "seeds": 1,
+             "tune": {"grid": {"lr": [0.01, 0.5]}, "seeds": [9], "validation": 0.2}}
+    submitted, _ = _study(tmp_path, slurm, study, "--slurm")
+    assert submitted.returncode == 0, submitted.stderr
+    tuning = int(submitted.stdout.split("submitted tuning array ")[1].split()[0])
+    finals = int(submitted.stdout.split("; job array ")[1].split()[0])
+    assert "(4 points)" in submitted.stdout and "(2 points, after the tuning)" in submitted.stdout
+    assert sorted(slurm.wait(tuning, timeout=240).values()) == ["COMPLETED"] * 4
+    assert sorted(slurm.wait(finals, timeout=240).values()) == ["COMPLETED"] * 2
+    folder = StudyFolder(tmp_path / "studies" / "tuned")
+    selection = yaml.safe_load((folder.path / "tuning.json").read_text())
+    for arm in selection["arms"]:
+        name = f"topology-{arm['arm']['topology']}__seed-0"
+        assert folder.state(name).state == "done"
+        ran = yaml.safe_load((folder.run_dir(name) / "config.yaml").read_text())
+        assert ran["lr"] == arm["chosen"]["lr"] and ran["validation"] == 0.0

@@ -23,6 +23,7 @@ ACTIVE = [4, 4, 3, 2, 4, 1]
 CASES = {
     "sgd-momentum-wd": ("sgd", {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4}),
     "sgd": ("sgd", {"lr": 0.1}),
+    "sgd-nesterov-wd": ("sgd", {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-4}),
     "adam": ("adam", {"lr": 1e-2, "momentum": 0.9}),  # the config's default momentum, ignored by Adam
     "adam-wd": ("adam", {"lr": 1e-2, "weight_decay": 1e-2}),
     "adamw": ("adamw", {"lr": 1e-2, "weight_decay": 0.05}),
@@ -34,7 +35,8 @@ class PerPeer:
     """P separate models' parameters, each with its own torch.optim optimiser."""
 
     def __init__(self, kind: str, settings: dict, rows: list[torch.Tensor]) -> None:
-        cfg = SimpleNamespace(**{"momentum": 0.0, "weight_decay": 0.0, "gossip": "average", **settings})
+        cfg = SimpleNamespace(**{"momentum": 0.0, "weight_decay": 0.0, "nesterov": False, "gossip": "average",
+                                 **settings})
         self.params = [[nn.Parameter(t[i].clone()) for t in rows] for i in range(P)]
         self.opts = [OPTIMIZERS[kind](ps, cfg) for ps in self.params]
 
@@ -76,7 +78,7 @@ def assert_same(stacked: list[torch.Tensor], ref: PerPeer) -> None:
 
 def exported(opt: StackedOptimizer) -> list[list[dict[str, torch.Tensor]]]:
     """The stacked state as per-peer torch state (through fresh throwaway optimisers)."""
-    settings = {"lr": opt.lr, "momentum": opt.momentum, "weight_decay": opt.weight_decay}
+    settings = {"lr": opt.lr, "momentum": opt.momentum, "weight_decay": opt.weight_decay, "nesterov": opt.nesterov}
     throwaway = PerPeer(opt.kind, settings, opt.params)
     opt.export_to(throwaway.opts, throwaway.params)
     return [[dict(o.state.get(p, {})) for p in ps] for o, ps in zip(throwaway.opts, throwaway.params)]

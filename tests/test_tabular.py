@@ -6,7 +6,6 @@ majority class (peer by peer and peer-stacked), and 1 vs 2 ranks bit for bit.
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ from p2pfl.config import ConfigError, make_config
 from p2pfl.data.datasets import load_dataset
 from topologies.streams import SHARED, numpy_rng
 
-from conftest import run_job, timing_free_records
+from conftest import one_and_two_ranks_agree
 
 COLOURS = np.array(["blue", "green", "red"])
 
@@ -190,9 +189,4 @@ def test_a_csv_run_on_one_and_two_ranks_bit_for_bit(tmp_path: Path) -> None:
             f"csv:{path}", "--test-split", "0.25", "--peers", "4", "--rounds", "2", "--local-steps", "2",
             "--batch-size", "8", "--eval-every", "1", "--batch-peers", "off", "--no-progress", "--no-plots", "--out",
             str(tmp_path / "runs")]
-    for ranks, name in ((2, "two"), (0, "one")):
-        proc = run_job([*args, "--name", name], ranks=ranks)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    assert timing_free_records(tmp_path / "runs" / "two") == timing_free_records(tmp_path / "runs" / "one")
-    manifests = [json.loads((tmp_path / "runs" / n / "manifest.json").read_text()) for n in ("one", "two")]
-    assert manifests[0]["dataset"] == manifests[1]["dataset"] and manifests[1]["world_size"] == 2
+    one_and_two_ranks_agree(args, tmp_path / "runs")

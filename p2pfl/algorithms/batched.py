@@ -112,7 +112,8 @@ class BatchedPeers:
         --keep-optimizer, carrying the peers' own optimiser state."""
         cfg = self.cfg
         opt = StackedOptimizer([stack.params[k] for k in stack.trainable], cfg.optimizer, lr=self.lr_at(round),
-                               momentum=optim.local_momentum(cfg), weight_decay=cfg.weight_decay)
+                               momentum=optim.local_momentum(cfg), weight_decay=cfg.weight_decay,
+                               nesterov=cfg.nesterov)
         if cfg.keep_optimizer:
             opt.load_from([peer.optimizer for peer in group], [trainable(peer.model) for peer in group])
         return opt

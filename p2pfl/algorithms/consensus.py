@@ -64,11 +64,12 @@ class Consensus(Algorithm):
     def communicate(self, round: int, net: RoundNetwork) -> Phase:
         vectors = {p: peer.x for p, peer in self.peers.items() if p in net.active}
         scheme = self.ctx.scheme
-        if PLAIN_MIX in scheme.capabilities:
+        if PLAIN_MIX in scheme.capabilities and self.cfg.gossip_steps == 1:
             mixed = self.ctx.gossip.mix(vectors, net, round, memory=self.attack_memory)
-        else:  # with no gradient (G = 0, η = 1): push-sum consensus, CHOCO-gossip
+        else:  # with no gradient (G = 0, η = 1): push-sum consensus, CHOCO-gossip; --gossip-steps of them
             mixed = scheme.round_models(self.ctx.gossip, vectors, {p: torch.zeros_like(x) for p, x in vectors.items()},
-                                        1.0, {p: self.peers[p].scheme for p in vectors}, net, round)
+                                        1.0, {p: self.peers[p].scheme for p in vectors}, net, round,
+                                        steps=self.cfg.gossip_steps)
         for p, x in mixed.vectors.items():
             self.peers[p].x = x
         return Phase(events=mixed.events)

@@ -16,7 +16,7 @@ from torch import nn
 
 from p2pfl.algorithms.peer import Peer, derived
 from p2pfl.algorithms.trainer import LocalTrainer
-from p2pfl.capabilities import GIVES_GRADIENTS, MIXES_BY_W
+from p2pfl.capabilities import GIVES_GRADIENTS, HOLDS_OUT, MIXES_BY_W
 from p2pfl.context import RunContext
 from p2pfl.data import ImageDataset, PeerData, SimCLRAugment, simclr_crop_scale
 from p2pfl.data.workload import Workload, load_workload
@@ -56,7 +56,7 @@ class GossipLearner(LocalTrainer):
     peers: dict[int, GossipPeer]
     #: It mixes its mixable state by W (so every --gossip scheme and --compress apply), hands a scheme its local
     #: update as G, and averages that state pairwise under --mode async.
-    capabilities = frozenset({MIXES_BY_W, GIVES_GRADIENTS, ASYNCHRONOUS})
+    capabilities = frozenset({MIXES_BY_W, GIVES_GRADIENTS, ASYNCHRONOUS, HOLDS_OUT})
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
@@ -170,7 +170,7 @@ class GossipLearner(LocalTrainer):
     def communicate(self, round: int, net: RoundNetwork) -> Phase | None:
         if not self.communicates:
             return None
-        if PLAIN_MIX not in self.ctx.scheme.capabilities:
+        if PLAIN_MIX not in self.ctx.scheme.capabilities or self.cfg.gossip_steps > 1:
             return self.communicate_scheme(round, net)
         mixed = self.ctx.gossip.mix(self.active_vectors(net), net, round, self.mix_sizes(), self.attack_memory)
         for p, vec in mixed.vectors.items():
@@ -180,14 +180,16 @@ class GossipLearner(LocalTrainer):
     def communicate_scheme(self, round: int, net: RoundNetwork) -> Phase:
         """The round of the --gossip scheme (SPEC §7) on the mixable state: G = (x − x_E)/η, x the state before
         the local update, x_E after it, η the round's learning rate. The models are what the peers hold
-        (`Scheme.round_models`: push-sum's z = x/w); state that is not mixable (FedBN's) stays the peer's own."""
+        (`Scheme.round_models`: push-sum's z = x/w); state that is not mixable (FedBN's) stays the peer's own. The
+        plain mix too under --gossip-steps S > 1 (its round then repeats S times; G = 0, as it reads only x½)."""
         scheme = self.ctx.scheme
         lr = self.lr_at(round)
         after = self.active_vectors(net)
         # a scheme that reads only x½ = x_E gets it as it is (G = 0), not rebuilt from G
-        start = after if UPDATED_ONLY in scheme.capabilities else {p: self.peers[p].start for p in after}
+        start = after if scheme.capabilities & {UPDATED_ONLY, PLAIN_MIX} else {p: self.peers[p].start for p in after}
         mixed = scheme.round_models(self.ctx.gossip, start, {p: (start[p] - v) / lr for p, v in after.items()}, lr,
-                                    {p: self.peers[p].scheme for p in after}, net, round, self.mix_sizes())
+                                    {p: self.peers[p].scheme for p in after}, net, round, self.mix_sizes(),
+                                    self.cfg.gossip_steps)
         for p, vec in mixed.vectors.items():
             self.peers[p].mixable.unflatten_(vec)
         return Phase(events=mixed.events)
@@ -217,6 +219,9 @@ class GossipLearner(LocalTrainer):
     def mixed_vector(self) -> tuple[int, torch.dtype]:
         first = self.peers[self.ctx.local_peers[0]].mixable
         return first.numel, first.dtype
+
+    def mixed_layout(self) -> list[int]:
+        return list(self.peers[self.ctx.local_peers[0]].mixable.sizes)
 
     # ------------------------------------------------------------------ evaluation
     def average_model(self, net: RoundNetwork) -> nn.Module:

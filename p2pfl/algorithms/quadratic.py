@@ -132,7 +132,8 @@ class Quadratic(Algorithm):
     name = "quadratic"
     headline = "loss"
     defaults: ClassVar[dict[str, Any]] = {"dtype": "float64", "optimizer": "sgd"}
-    allowed: ClassVar[dict[str, tuple[Any, ...]]] = {"optimizer": ("sgd",)}  # plain gradient steps
+    # plain gradient steps
+    allowed: ClassVar[dict[str, tuple[Any, ...]]] = {"optimizer": ("sgd",), "nesterov": (False,)}
     capabilities = frozenset({MIXES_BY_W, GIVES_GRADIENTS})  # the test bed of every --gossip scheme
 
     def __init__(self, ctx: RunContext) -> None:
@@ -187,9 +188,10 @@ class Quadratic(Algorithm):
 
     def communicate(self, round: int, net: RoundNetwork) -> Phase:
         active = [p for p in sorted(self.peers) if p in net.active]
-        mixed = self.ctx.scheme.round(self.ctx.gossip, {p: self.peers[p].x for p in active},
-                                      {p: self.peers[p].g for p in active}, self.cfg.lr,
-                                      {p: self.peers[p].scheme for p in active}, net, round)
+        mixed = self.ctx.scheme.rounds(self.ctx.gossip, {p: self.peers[p].x for p in active},
+                                       {p: self.peers[p].g for p in active}, self.cfg.lr,
+                                       {p: self.peers[p].scheme for p in active}, net, round,
+                                       steps=self.cfg.gossip_steps)
         for p, x in mixed.vectors.items():
             self.peers[p].x = x
         return Phase(events=mixed.events)

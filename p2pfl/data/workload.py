@@ -12,6 +12,7 @@ from p2pfl.data.loader import PeerData
 from p2pfl.data.partition import random_subset, rotate_images, rotation_groups
 from p2pfl.data.partitions import class_counts, partition
 from p2pfl.data.partitions import record as partition_record
+from p2pfl.data.validation import carve
 
 
 @dataclass
@@ -67,6 +68,7 @@ def load_workload(cfg: Any, n_peers: int, world: Any) -> Workload:
         dataset.y_train = dataset.y_train[keep]
         if dataset.groups is not None:
             dataset.groups = dataset.groups[keep]
+    held = {"scored_on": "test"} if not cfg.validation else carve(dataset, cfg.validation, cfg.seed)
     labels = dataset.y_train.numpy()
     users = None if dataset.groups is None else dataset.groups.numpy()
     parts = partition(labels, n_peers, cfg.partition, cfg.seed, num_classes=dataset.num_classes, cfg=cfg,
@@ -80,6 +82,6 @@ def load_workload(cfg: Any, n_peers: int, world: Any) -> Workload:
                               "classes": list(dataset.classes), "rotation_groups": groups,
                               **natural},
                 "dataset": {"name": dataset.name, "train": int(dataset.x_train.shape[0]),
-                            "test": int(dataset.x_test.shape[0]), **dataset.extra}}
+                            "test": int(dataset.x_test.shape[0]), **held, **dataset.extra}}
     return Workload(dataset=dataset, parts=parts, groups=groups, seed=cfg.seed, rotate_groups=cfg.rotate_groups,
                     manifest=manifest)

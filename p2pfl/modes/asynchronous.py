@@ -34,6 +34,7 @@ class Async(Mode):
         plain = PLAIN_MIX in SCHEMES.get(cfg.gossip).capabilities
         check(plain and "dense" in CODECS.get(cfg.compress).capabilities, "mode",
               "async averages pairwise with dense models: --gossip average, --compress none")
+        check(cfg.gossip_steps == 1, "gossip_steps", "async averages each event's pair once: use --gossip-steps 1")
         plain_mean = "linear" in AGGREGATORS.get(cfg.aggregator).capabilities
         check(cfg.byzantine is None and plain_mean and cfg.mixing != "server" and not cfg.weight_by_data, "mode",
               "async averages pairwise by the plain mean: not with --byzantine, a robust --aggregator, --mixing server "

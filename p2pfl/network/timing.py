@@ -9,7 +9,8 @@ message of S bytes from i to j takes
 k_i the number of transfers i sends in the round and k_j the number j receives. A synchronous round costs each
 peer its compute (its local steps times c_i, a straggler's share of them included) plus its slowest transfer, one
 it sends or one it receives; the round ends when the slowest peer is done. Infinite capacities (the default)
-make a transfer cost its latency alone.
+make a transfer cost its latency alone. With --gossip-steps S a round's gossip is S exchanges one after another:
+each link pays its latency S times and carries S messages' bytes.
 
 The arrays come from the run's network model (p2pfl.network.clock, --network-model; the default, "links", is
 what follows), a pure function of the options and the seed: c_i = c · exp(σ z_i) with z_i ~ N(0, 1) from the
@@ -80,8 +81,9 @@ class NetworkModel:
                 "latency_s": {"min": float(off.min(initial=0.0)), "max": float(off.max(initial=0.0))},
                 "upload_bytes_per_s": capacity(self.upload), "download_bytes_per_s": capacity(self.download)}
 
-    def transfers(self, sizes: Mapping[Link, int]) -> dict[Link, float]:
-        """Seconds of each of a round's concurrent transfers, (sender, receiver) -> S bytes."""
+    def transfers(self, sizes: Mapping[Link, int], exchanges: int = 1) -> dict[Link, float]:
+        """Seconds of each of a round's concurrent transfers, (sender, receiver) -> S bytes; `exchanges`: how many
+        exchanges one after another carried them (--gossip-steps), each paying the link's latency once."""
         sends = np.zeros(self.n_peers, dtype=int)
         receives = np.zeros(self.n_peers, dtype=int)
         for i, j in sizes:
@@ -90,15 +92,16 @@ class NetworkModel:
         out = {}
         for (i, j), size in sizes.items():
             rate = min(self.upload[i] / sends[i], self.download[j] / receives[j])
-            out[(i, j)] = float(self.latency[i, j] + (size / rate if size else 0.0))
+            out[(i, j)] = float(exchanges * self.latency[i, j] + (size / rate if size else 0.0))
         return out
 
-    def round_time(self, steps: Mapping[int, float], sizes: Mapping[Link, int]) -> RoundTime:
+    def round_time(self, steps: Mapping[int, float], sizes: Mapping[Link, int], exchanges: int = 1) -> RoundTime:
         """A synchronous round of the peers in `steps` (peer -> local steps it takes, fractional for a straggler
-        doing part of them) exchanging `sizes` (SPEC §9; see the module docstring)."""
+        doing part of them) exchanging `sizes` in `exchanges` exchanges one after another (SPEC §9; see the module
+        docstring)."""
         compute = {p: float(n * self.compute[p]) for p, n in steps.items()}
         slowest = dict.fromkeys(steps, 0.0)
-        for (i, j), seconds in self.transfers(sizes).items():
+        for (i, j), seconds in self.transfers(sizes, exchanges).items():
             for p in (i, j):
                 if p in slowest:
                     slowest[p] = max(slowest[p], seconds)

@@ -1,5 +1,6 @@
 """`python -m p2pfl.study STUDY.yaml` (console script `p2pfl-study`): run a study's points, skip the finished
-ones, rerun the failed ones, resume the preempted ones; `--status` says where each point stands."""
+ones, rerun the failed ones, resume the preempted ones; `--status` says where each point stands. A tuned study
+(p2pfl.study.tune) runs its tuning points first, chooses each arm's values, then runs its final points."""
 from __future__ import annotations
 
 import argparse
@@ -7,13 +8,15 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from p2pfl.study.folder import StudyFolder, status_table
 from p2pfl.study.local import default_jobs, run_local
-from p2pfl.study.plan import StudyError, check_points, load_study
+from p2pfl.study.plan import Plan, StudyError, check_points, load_study
+from p2pfl.study.selection import ensure_finals, waiting_error
 from p2pfl.study.slurm import sbatch_command, submit
+from p2pfl.study.tune import TuneError, arm_name
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StudyError as exc:
         print(f"p2pfl.study: error: {exc}", file=sys.stderr)
         return 2
-    names = [p.name for p in plan.points]
+    names = [p.name for p in plan.all_points()]
     if args.status:
         if not (folder.path / "plan.json").is_file():
             print(f"p2pfl.study: {folder.path}: not started ({len(names)} points planned)")
@@ -73,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.slurm and todo:
             print(shlex.join(sbatch_command(folder, todo, args.ranks_per_run, plan.slurm, args.throttle,
                                             args.sbatch_arg)))
+            if plan.tune is not None:
+                print("(a tuned study submits its tuning points first, then its final points as a second array "
+                      "after them)")
             return 0
         print(f"{folder.path}: {len(todo)} of {len(names)} points to run ({skipped} done or running)")
         for n in todo:
@@ -82,17 +88,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not todo:
         print(f"{folder.path}: all {len(names)} points done")
         return 0
+    tuning = {p.name for p, _ in plan.tuning}
+    first, then = [n for n in todo if n in tuning], [n for n in todo if n not in tuning]
     if args.slurm:
-        try:
-            result = submit(folder, todo, args.ranks_per_run, plan.slurm, args.throttle, args.sbatch_arg)
-        except (RuntimeError, FileNotFoundError) as exc:
-            print(f"p2pfl.study: error: {exc}", file=sys.stderr)
-            return 1
-        print(f"{folder.path}: submitted job array {result} ({len(todo)} points)")
-        return 0
+        return _submit(folder, plan, first, then, args)
     jobs = args.jobs or default_jobs(args.ranks_per_run)
-    print(f"{folder.path}: running {len(todo)} of {len(names)} points, {jobs} at once, {args.ranks_per_run} "
-          f"rank(s) each ({skipped} skipped)", flush=True)
+    print(f"{folder.path}: running {len(todo)} of {len(names)} points ({len(first)} tuning), {jobs} at once, "
+          f"{args.ranks_per_run} rank(s) each ({skipped} skipped)", flush=True)
     t0, done = time.monotonic(), [0]
 
     def event(name: str, what: str, rc: int | None) -> None:
@@ -101,10 +103,84 @@ def main(argv: Sequence[str] | None = None) -> int:
             verdict = {0: "done", 75: "preempted"}.get(rc, f"FAILED (exit {rc})")
             print(f"  [{done[0]}/{len(todo)} {time.monotonic() - t0:6.0f}s] {name}: {verdict}", flush=True)
 
-    run_local(folder, todo, ranks=args.ranks_per_run, jobs=jobs, on_event=event)
+    if plan.tune is not None:
+        return _run_tuned(folder, plan, names, first, then, args.ranks_per_run, jobs, event)
+    run_local(folder, then, ranks=args.ranks_per_run, jobs=jobs, on_event=event)
     final = folder.states(names)
     print(status_table(final))
     return 1 if any(s.state != "done" for s in final) else 0
+
+
+def _run_tuned(folder: StudyFolder, plan: Plan, names: list[str], first: list[str], then: list[str], ranks: int,
+               jobs: int, event: Callable[[str, str, int | None], None]) -> int:
+    """A tuned study locally: the tuning points, each arm's final points queued as soon as its tuning points are
+    done (its choice printed), the arms chosen before this invocation's finals first."""
+    tuning = {p.name: r.arm for p, r in plan.tuning}
+    announced: set[tuple[tuple[str, str], ...]] = set()
+    remaining = set(then)
+
+    def ready() -> list[str]:
+        selection, written = ensure_finals(folder, plan)
+        fresh = [a for a in selection["arms"] if tuple(a["arm"].items()) not in announced]
+        if fresh:
+            print(choice_lines({**selection, "arms": fresh}), flush=True)
+            announced.update(tuple(a["arm"].items()) for a in fresh)
+        out = [n for n in then if n in written and n in remaining]
+        remaining.difference_update(out)
+        return out
+
+    def follow(name: str, rc: int) -> list[str]:
+        if name not in tuning or rc != 0:
+            return []
+        try:
+            return ready()
+        except TuneError as exc:  # said again, and the study ends failed, once the running points end
+            print(f"p2pfl.study: error: {exc}", file=sys.stderr, flush=True)
+            return []
+
+    try:
+        run_local(folder, ready() + first, ranks=ranks, jobs=jobs, on_event=event, follow=follow)
+        selection, _ = ensure_finals(folder, plan)
+    except TuneError as exc:
+        print(f"p2pfl.study: error: {exc}", file=sys.stderr)
+        return 1
+    final = folder.states(names)
+    print(status_table(final))
+    if selection["waiting"]:
+        print(f"p2pfl.study: {waiting_error(selection)}", file=sys.stderr)
+    return 1 if any(s.state != "done" for s in final) else 0
+
+
+def choice_lines(selection: dict) -> str:
+    """Each arm's chosen values and score, one line each."""
+    return "\n".join(f"  chosen for {arm_name(tuple(a['arm'].items()))}: "
+                     + ", ".join(f"{k}={v}" for k, v in a["chosen"].items())
+                     + f" ({selection['metric']} {a['score'] if a['score'] is not None else 'none'} on held-out data)"
+                     for a in selection["arms"])
+
+
+def _submit(folder: StudyFolder, plan: Plan, first: list[str], then: list[str], args: argparse.Namespace) -> int:
+    """Submit the points as Slurm job arrays: a tuned study's tuning points first, then its final points as a
+    second array that starts after the first ends (each final task makes the choice before it runs)."""
+    try:
+        submitted = []
+        if first:
+            tuning = submit(folder, first, args.ranks_per_run, plan.slurm, args.throttle, args.sbatch_arg,
+                            array="array-tuning.txt")
+            submitted.append(f"tuning array {tuning} ({len(first)} points)")
+        if then:
+            after = [f"--dependency=afterany:{tuning}"] if first else []
+            if plan.tune is not None and not first:
+                selection, _ = ensure_finals(folder, plan)
+                if selection["waiting"]:
+                    raise waiting_error(selection)
+            result = submit(folder, then, args.ranks_per_run, plan.slurm, args.throttle, [*args.sbatch_arg, *after])
+            submitted.append(f"job array {result} ({len(then)} points{', after the tuning' if first else ''})")
+    except (RuntimeError, FileNotFoundError, TuneError) as exc:
+        print(f"p2pfl.study: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{folder.path}: submitted {'; '.join(submitted)}")
+    return 0
 
 
 if __name__ == "__main__":

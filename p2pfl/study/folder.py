@@ -8,6 +8,7 @@
     STUDY/logs/NAME.rc          its last exit status (75: stopped by a signal with a checkpoint)
     STUDY/logs/NAME.job         who runs it now: local:PID@HOST or slurm:JOBID_TASK
     STUDY/failed/NAME.K/        the run folder of an earlier failed attempt, kept
+    STUDY/tuning.json, .csv     a tuned study's choice: every tuning run's score, each arm's chosen values
 
 A point is done (summary.json), failed (a summary.json with status failed, or an exit status other than 0 and
 75), running (a job named and alive),
@@ -86,12 +87,13 @@ class StudyFolder:
         return self.path / "logs" / f"{name}.job"
 
     def write_plan(self, plan: Plan, text: str) -> None:
-        """Write study.yaml, plan.json and every point's config (rewritten each time: a plan may grow)."""
+        """Write study.yaml, plan.json and every point's config (rewritten each time: a plan may grow); a tuned
+        study's final points get theirs once their arms' values are chosen (p2pfl.study.selection)."""
         (self.path / "logs").mkdir(parents=True, exist_ok=True)
         (self.path / "runs").mkdir(exist_ok=True)
         write_atomic(self.path / "study.yaml", text)
         write_atomic(self.path / "plan.json", json.dumps(plan.to_dict(), indent=1))
-        for point in plan.points:
+        for point in plan.all_points() if plan.tune is None else [p for p, _ in plan.tuning]:
             write_atomic(self.config(point.name), yaml.safe_dump(point.options, sort_keys=False))
 
     def plan(self) -> dict[str, Any]:

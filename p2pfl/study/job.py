@@ -1,5 +1,6 @@
-"""One array task of a study on Slurm: `python -m p2pfl.study.job STUDY_DIR` (the point is line
-SLURM_ARRAY_TASK_ID + 1 of STUDY_DIR/array.txt).
+"""One array task of a study on Slurm: `python -m p2pfl.study.job STUDY_DIR [ARRAY_FILE]` (the point is line
+SLURM_ARRAY_TASK_ID + 1 of STUDY_DIR/array.txt, or of ARRAY_FILE; a tuned study's final point first makes its
+arm's choice from the finished tuning runs, p2pfl.study.selection).
 
 Marks the point as run by this task, runs it through srun (its checkpoint resumed when there is one) with the
 output appended to logs/NAME.log, records the exit status, and on exit 75 (stopped by Slurm's signal with a
@@ -21,7 +22,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     folder = StudyFolder(argv[0])
     task = int(os.environ["SLURM_ARRAY_TASK_ID"])
-    name = (folder.path / "array.txt").read_text().splitlines()[task]
+    array = argv[1] if len(argv) > 1 else "array.txt"
+    name = (folder.path / array).read_text().splitlines()[task]
+    error = _prepare_final(folder, name)
+    if error is not None:
+        folder.set_job(name, "slurm:none")
+        with open(folder.log(name), "ab") as log:
+            log.write(f"p2pfl: error: {error}\n".encode())
+        folder.end(name, 2)
+        return 2
     job = f"{os.environ.get('SLURM_ARRAY_JOB_ID', os.environ.get('SLURM_JOB_ID', '?'))}_{task}"
     for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
         signal.signal(sig, lambda *_: None)  # the ranks stop at their round's end; wait for them
@@ -49,6 +58,23 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.call(["scontrol", "requeue", job])
         return 0
     return rc
+
+
+def _prepare_final(folder: StudyFolder, name: str) -> str | None:
+    """A tuned study's final point: make the choice and write its configuration (None), or say why it cannot be
+    made yet (a tuning point not done); nothing for other points."""
+    plan_data = folder.plan()
+    if "tune" not in plan_data or any(t["name"] == name for t in plan_data.get("tuning", [])):
+        return None
+    from p2pfl.study.plan import StudyError, load_study
+    from p2pfl.study.selection import ensure_finals, waiting_error
+    from p2pfl.study.tune import TuneError
+    try:
+        plan, _ = load_study(folder.path / "study.yaml", root=plan_data.get("root"))
+        selection, ready = ensure_finals(folder, plan)
+    except (StudyError, TuneError) as exc:
+        return str(exc)
+    return None if name in ready else str(waiting_error(selection))
 
 
 if __name__ == "__main__":

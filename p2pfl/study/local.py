@@ -36,9 +36,11 @@ def default_jobs(ranks: int) -> int:
 
 
 def run_local(folder: StudyFolder, names: list[str], ranks: int = 1, jobs: int | None = None,
-              on_event: Callable[[str, str, int | None], None] | None = None, poll_s: float = 0.05) -> dict[str, int]:
-    """Run the points `names` (jobs at a time); returns each one's exit status. Ctrl-C or SIGTERM stops the
-    running jobs with SIGTERM, so they checkpoint at their round's end (exit 75) and resume next time."""
+              on_event: Callable[[str, str, int | None], None] | None = None, poll_s: float = 0.05,
+              follow: Callable[[str, int], list[str]] | None = None) -> dict[str, int]:
+    """Run the points `names` (jobs at a time); returns each one's exit status. `follow(name, rc)`, called as a
+    point ends, names the points that it made runnable, queued next (a tuned arm's finals). Ctrl-C or SIGTERM stops
+    the running jobs with SIGTERM, so they checkpoint at their round's end (exit 75) and resume next time."""
     jobs = jobs or default_jobs(ranks)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1"}
     queue, running, status = list(names), {}, {}
@@ -73,6 +75,8 @@ def run_local(folder: StudyFolder, names: list[str], ranks: int = 1, jobs: int |
                 del running[name]
                 if on_event:
                     on_event(name, "ended", rc)
+                if follow is not None and not stopping:
+                    queue[:0] = [n for n in follow(name, rc) if n not in queue and n not in running]
             if stopping:
                 queue.clear()
             time.sleep(poll_s)

@@ -10,6 +10,7 @@
       seed: [0, 1, 2]
     points:                            # and/or listed points (each a mapping of options, or of axis values)
       - {topology: complete, seed: 0}
+    tune: {grid: {lr: [0.01, 0.1]}, seeds: [100]}   # tuned arms (p2pfl.study.tune): chosen on held-out data
     plugins: [my_scheme.py]            # in base (or a point): paths relative to the study file's folder
     slurm: {partition: gpu, time: "02:00:00", throttle: 8}   # sbatch options of --slurm
 
@@ -35,6 +36,10 @@ from p2pfl import plugins
 from p2pfl.config import ConfigError, make_config, options, resolve
 from p2pfl.names import folder_name_error
 from p2pfl.shown import shown
+from p2pfl.study.tune import TUNE_PREFIX, TuneError, TuneSpec, TuningRun, arm_axes, arm_name, arm_of, value_label
+from p2pfl.study.tune import candidates as tune_candidates
+from p2pfl.study.tune import grid as tune_grid
+from p2pfl.study.tune import parse as tune_parse
 from p2pfl.yamlfile import safe_load
 
 SEED = "seed"
@@ -55,11 +60,13 @@ class StudyError(ValueError):
 
 @dataclass(frozen=True)
 class Point:
-    """One run of a study: its name, its label on each axis and its complete p2pfl.run options."""
+    """One run of a study: its name, its label on each axis and its complete p2pfl.run options (a tuned study's
+    final point: without the tuned options, which its arm's choice adds; `grid`: its bundles' own tune grids)."""
 
     name: str
     axes: dict[str, str]
     options: dict[str, Any]
+    grid: dict[str, list[Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -70,13 +77,30 @@ class Plan:
     base: dict[str, Any] = field(default_factory=dict)
     slurm: dict[str, Any] = field(default_factory=dict)
     root: str | None = None  # the folder the study file's relative plug-in paths are resolved against
+    tune: TuneSpec | None = None  # the tune section (None: every point runs as written)
+    tuning: list[tuple[Point, TuningRun]] = field(default_factory=list)  # the tuning points, run first
+    arms: dict[tuple[tuple[str, str], ...], dict[str, list[Any]]] = field(default_factory=dict)  # arm -> its grid
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "axes": self.axes, "base": self.base, "slurm": self.slurm, "root": self.root,
-                "points": [{"name": p.name, "axes": p.axes, "options": p.options} for p in self.points]}
+        out = {"name": self.name, "axes": self.axes, "base": self.base, "slurm": self.slurm, "root": self.root,
+               "points": [{"name": p.name, "axes": p.axes, "options": p.options} for p in self.points]}
+        if self.tune is not None:
+            out["tune"] = self.tune.to_dict()
+            out["tuning"] = [{"name": p.name, "axes": p.axes, "options": p.options, "arm": dict(r.arm),
+                              "values": r.values, "seed": r.seed, "context": r.context} for p, r in self.tuning]
+        return out
 
     def point(self, name: str) -> Point:
-        return next(p for p in self.points if p.name == name)
+        return next(p for p in [*self.points, *(t for t, _ in self.tuning)] if p.name == name)
+
+    def all_points(self) -> list[Point]:
+        """The tuning points (first: they run before the final points), then the final points."""
+        return [p for p, _ in self.tuning] + self.points
+
+    def arm(self, point: Point) -> tuple[tuple[str, str], ...]:
+        """The arm a final point belongs to (tuned studies)."""
+        assert self.tune is not None
+        return arm_of(point.axes, arm_axes(self.tune, self.axes))
 
 
 def _key(name: Any) -> str:
@@ -96,9 +120,10 @@ def _safe(text: str) -> str:
 
 
 def _axis_value(axis: str, value: Any) -> tuple[str, dict[str, Any]]:
-    """(label, options) of one value on an axis: an option's value, or a bundle mapping of options."""
+    """(label, options) of one value on an axis: an option's value, or a bundle mapping of options (its `tune`
+    grid, when it has one, is read by `_bundle_grid`)."""
     if isinstance(value, dict):
-        bundle = {_key(k): v for k, v in value.items() if k != "label"}
+        bundle = {_key(k): v for k, v in value.items() if k not in ("label", "tune")}
         unknown = sorted(set(bundle) - _options())
         if unknown:
             raise StudyError(f"axes.{axis}: unknown option '{unknown[0]}' (see python -m p2pfl.run --help)")
@@ -108,6 +133,16 @@ def _axis_value(axis: str, value: Any) -> tuple[str, dict[str, Any]]:
         raise StudyError(f"axes.{axis}: not a p2pfl.run option; a named axis takes mappings of options "
                          "({label: ..., option: value, ...})")
     return _label(value), {_key(axis): value}
+
+
+def _bundle_grid(axis: str, value: Any) -> dict[str, list[Any]]:
+    """A bundle's own tune grid ({} for none)."""
+    if not isinstance(value, dict) or "tune" not in value:
+        return {}
+    try:
+        return tune_grid(value["tune"], f"axes.{axis}.tune", _options())
+    except TuneError as exc:
+        raise StudyError(str(exc)) from None
 
 
 def _with_plugins(opts: dict[str, Any], root: str | None) -> dict[str, Any]:
@@ -130,9 +165,9 @@ def expand(data: Any, default_name: str = "study", root: str | None = None) -> P
     `root` (default: the working directory)."""
     if not isinstance(data, dict):
         raise StudyError("the study file must hold a mapping (name, base, axes, points, slurm)")
-    unknown = sorted(set(data) - {"name", "base", "axes", "points", "seeds", "slurm"})
+    unknown = sorted(set(data) - {"name", "base", "axes", "points", "seeds", "slurm", "tune"})
     if unknown:
-        raise StudyError(f"unknown key '{unknown[0]}' (allowed: name, base, axes, points, seeds, slurm)")
+        raise StudyError(f"unknown key '{unknown[0]}' (allowed: name, base, axes, points, seeds, slurm, tune)")
     try:
         base = _with_plugins({_key(k): v for k, v in _mapping(data, "base").items()}, root)
         plugins.load(base.get("plugins", ()))
@@ -160,9 +195,9 @@ def expand(data: Any, default_name: str = "study", root: str | None = None) -> P
     count = (math.prod(len(v) for v in axes.values()) if axes else 0) + len(listed)
     if count > MAX_POINTS:
         raise StudyError(f"{count} points: a study may have at most {MAX_POINTS} (split it into several studies)")
-    grid: list[list[tuple[str, str, dict[str, Any]]]] = [[]]
+    grid: list[list[tuple[str, str, dict[str, Any], dict[str, list[Any]]]]] = [[]]
     for axis, values in axes.items():
-        choices = [(str(axis), *_axis_value(str(axis), v)) for v in values]
+        choices = [(str(axis), *_axis_value(str(axis), v), _bundle_grid(str(axis), v)) for v in values]
         grid = [g + [c] for g in grid for c in choices]
     if not axes:
         grid = []
@@ -173,25 +208,27 @@ def expand(data: Any, default_name: str = "study", root: str | None = None) -> P
         for axis, value in entry.items():
             if str(axis) in axes and _key(axis) not in _options() and not isinstance(value, dict):
                 # an axis value by its label, e.g. data: iid
-                match = [(str(axis), *_axis_value(str(axis), v)) for v in axes[axis]
+                match = [(str(axis), *_axis_value(str(axis), v), _bundle_grid(str(axis), v)) for v in axes[axis]
                          if _axis_value(str(axis), v)[0] == _label(value)]
                 if not match:
                     raise StudyError(f"points[{i}].{axis}: no value labelled '{value}' on that axis")
                 row.append(match[0])
             else:
-                row.append((str(axis), *_axis_value(str(axis), value)))
+                row.append((str(axis), *_axis_value(str(axis), value), _bundle_grid(str(axis), value)))
         grid.append(row)
     if not grid:
         raise StudyError("the study has no points: give axes and/or points")
-    order = list(axes) + [a for row in grid for a, _, _ in row if a not in axes]
+    order = list(axes) + [a for row in grid for a, _, _, _ in row if a not in axes]
     order = list(dict.fromkeys(order))
     points: list[Point] = []
     seen: dict[str, Point] = {}
     for row in grid:
-        labels = {a: lab for a, lab, _ in row}
+        labels = {a: lab for a, lab, _, _ in row}
         opts = dict(base)
-        for _, _, o in row:
+        own_grid: dict[str, list[Any]] = {}
+        for _, _, o, g in row:
             opts.update(o)
+            own_grid.update(g)
         try:
             opts = _with_plugins(opts, root)
         except plugins.PluginError as exc:
@@ -207,13 +244,66 @@ def expand(data: Any, default_name: str = "study", root: str | None = None) -> P
                                  f"{shown(name)} but differ in {key} ({shown(other.get(key))} vs "
                                  f"{shown(opts.get(key))}); give them distinct labels")
             continue  # a listed point that the grid already holds
-        seen[name] = Point(name=name, axes=labels, options=opts)
+        seen[name] = Point(name=name, axes=labels, options=opts, grid=own_grid)
         points.append(seen[name])
     slurm = _mapping(data, "slurm")
     name = _safe(str(data.get("name", default_name)))
     if folder_name_error(name) is not None:  # the study folder goes under --out: '..' would be its parent
         raise StudyError(f"name: {folder_name_error(name)}")
-    return Plan(name=name, axes=order, points=points, base=base, slurm=slurm, root=root)
+    if "tune" not in data:
+        if any(p.grid for p in points):
+            raise StudyError("an axis value has a tune grid but the study has no tune section")
+        return Plan(name=name, axes=order, points=points, base=base, slurm=slurm, root=root)
+    try:
+        spec = tune_parse(data["tune"], _options())
+    except TuneError as exc:
+        raise StudyError(str(exc)) from None
+    arms, tuning = _tuning(spec, order, points)
+    return Plan(name=name, axes=order, points=points, base=base, slurm=slurm, root=root, tune=spec, tuning=tuning,
+                arms=arms)
+
+
+def _tuning(spec: TuneSpec, order: list[str], points: list[Point]
+            ) -> tuple[dict[tuple[tuple[str, str], ...], dict[str, list[Any]]], list[tuple[Point, TuningRun]]]:
+    """Each arm's grid and the tuning points (tune.py's docstring): per arm, candidate, setting of the other axes
+    and tuning seed, in that order."""
+    per = arm_axes(spec, order)
+    missing = [a for a in per if a not in order or a == SEED]
+    if missing:
+        raise StudyError(f"tune.per: '{missing[0]}' is not an axis of the study (axes: {', '.join(order)}; not seed)")
+    finals = {p.options.get(SEED, 0) for p in points}
+    overlap = sorted(finals & set(spec.seeds))
+    if overlap:
+        raise StudyError(f"tune.seeds: seed {overlap[0]} is also a final run's seed; tune on other seeds")
+    arms: dict[tuple[tuple[str, str], ...], dict[str, list[Any]]] = {}
+    templates: dict[tuple[tuple[str, str], ...], dict[tuple[tuple[str, str], ...], Point]] = {}
+    for p in points:
+        arm = arm_of(p.axes, per)
+        grid = {**spec.grid, **p.grid}
+        if arms.setdefault(arm, grid) != grid:
+            raise StudyError(f"arm {arm_name(arm)}: its points carry different tune grids (a bundle's tune grid "
+                             "belongs on one of the tune.per axes)")
+        context = tuple((a, lab) for a, lab in p.axes.items() if a != SEED and a not in per)
+        templates.setdefault(arm, {}).setdefault(context, p)
+    tuning: list[tuple[Point, TuningRun]] = []
+    for arm, grid in arms.items():
+        if not grid:
+            raise StudyError(f"arm {arm_name(arm)}: nothing to tune (give tune.grid or the arm's own tune grid)")
+        for values in tune_candidates(grid):
+            for context, template in templates[arm].items():
+                for seed in spec.seeds:
+                    labels = {**dict(arm), **dict(context), **{k: value_label(v) for k, v in values.items()},
+                              SEED: str(seed)}
+                    name = "__".join([TUNE_PREFIX, *(_safe(f"{a}-{_label(lab)}") for a, lab in labels.items())])
+                    if folder_name_error(name) is not None:
+                        raise StudyError(f"tuning point {shown(labels)}: its name {folder_name_error(name)}")
+                    options = {**template.options, **values, SEED: seed, "validation": spec.validation}
+                    point = Point(name=name, axes=labels, options=options)
+                    tuning.append((point, TuningRun(name, arm, values, seed, dict(context))))
+    if len(tuning) + len(points) > MAX_POINTS:
+        raise StudyError(f"{len(tuning) + len(points)} points with the tuning points: a study may have at most "
+                         f"{MAX_POINTS}")
+    return arms, tuning
 
 
 def load_study(path: str | Path, root: str | None = None) -> tuple[Plan, str]:
@@ -235,9 +325,10 @@ def load_study(path: str | Path, root: str | None = None) -> tuple[Plan, str]:
 
 
 def check_points(plan: Plan, ranks: int) -> None:
-    """Validate every point as p2pfl.run does on `ranks` ranks (its options, then what its world size decides);
-    StudyError names the first bad point and its option."""
-    for point in plan.points:
+    """Validate every point as p2pfl.run does on `ranks` ranks (its options, then what its world size decides; a
+    tuned study's tuning points cover every value its final points may be given); StudyError names the first bad
+    point and its option."""
+    for point in plan.all_points():
         try:
             resolve(make_config(**point.options), ranks)
         except ValueError as exc:

@@ -37,11 +37,13 @@ def sbatch_command(folder: StudyFolder, names: list[str], ranks: int, options: d
 
 
 def submit(folder: StudyFolder, names: list[str], ranks: int, options: dict[str, Any],
-           throttle: int | None = None, extra: list[str] | None = None) -> str:
-    """Write array.txt and submit the array; returns the job id (`sbatch_command` alone says the command and
-    writes nothing: --dry-run)."""
-    write_atomic(folder.path / "array.txt", "".join(f"{n}\n" for n in names))
+           throttle: int | None = None, extra: list[str] | None = None, array: str = "array.txt") -> str:
+    """Write the `array` file (default array.txt) and submit the array over it; returns the job id
+    (`sbatch_command` alone says the command and writes nothing: --dry-run)."""
+    write_atomic(folder.path / array, "".join(f"{n}\n" for n in names))
     cmd = sbatch_command(folder, names, ranks, options, throttle, extra)
+    if array != "array.txt":
+        cmd.append(array)
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"sbatch failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ''}")

@@ -127,9 +127,14 @@ def assemble(name: str, arrays: Arrays, features: bool = False, tokens: bool = F
                         mean=mean, std=std, extra=dict(arrays.extra), groups=groups)
 
 
+def _as_tensor(x: Any) -> torch.Tensor:
+    """An array (numpy, torch or nested lists) as a tensor, numpy's without a copy when contiguous."""
+    return torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else torch.as_tensor(x)
+
+
 def _images(x: Any, what: str, fail: Callable[[str], ValueError]) -> torch.Tensor:
     """Images as a contiguous uint8 tensor N×C×H×W."""
-    t = torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else torch.as_tensor(x)
+    t = _as_tensor(x)
     if t.dim() == 3:
         t = t[:, None]
     if t.dim() != 4:
@@ -150,7 +155,7 @@ def _images(x: Any, what: str, fail: Callable[[str], ValueError]) -> torch.Tenso
 
 def _features(x: Any, what: str, fail: Callable[[str], ValueError]) -> torch.Tensor:
     """Feature vectors as a contiguous float32 tensor N×F, finite."""
-    t = torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else torch.as_tensor(x)
+    t = _as_tensor(x)
     if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 1:
         raise fail(f"{what} must be feature vectors N×F, got shape {tuple(t.shape)}")
     if t.dtype == torch.bool or t.is_complex():
@@ -163,7 +168,7 @@ def _features(x: Any, what: str, fail: Callable[[str], ValueError]) -> torch.Ten
 
 def _tokens(x: Any, what: str, fail: Callable[[str], ValueError]) -> torch.Tensor:
     """Token sequences as a contiguous int64 tensor N×T (T >= 2: position t predicts token t+1)."""
-    t = torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else torch.as_tensor(x)
+    t = _as_tensor(x)
     if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 2:
         raise fail(f"{what} must be token sequences N×T (T >= 2), got shape {tuple(t.shape)}")
     if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():

@@ -5,10 +5,21 @@ computation every receiver makes.
 
 A compressor is a registered component (`@CODECS.register(name)`): built from the configuration (`from_config`),
 recording its parameters in manifest["compression"] (`record`), and refusing the runs it cannot compress (`check`:
-a method or scheme that does not mix by the plain W-weighted gossip)."""
+a method or scheme that does not mix by the plain W-weighted gossip).
+
+Scope (--compress-scope). Under `vector` (the default) a message encodes the whole mixed vector as one vector.
+Under `tensor` the run binds the mixed vector's layout (`per_tensor`: the sizes of the model's tensors, in order)
+and a message encodes each segment as if it were its own vector (its own k, norm, τ, scale and index width): one
+header, then every segment's values, then every segment's packed bits (each byte-aligned), so its size is
+16 + Σ_i values(d_i)·itemsize + Σ_i bits(d_i). The base does this around `compress`/`expand`, so every codec, a
+plug-in's included, compresses per tensor unchanged; segment i's random draws come from its own stream
+(`purpose`), and segment 0's is the whole vector's, so a one-segment layout is the vector scope bit for bit."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from fractions import Fraction
 from typing import Any
 
@@ -28,9 +39,25 @@ def kept(ratio: float, d: int) -> int:
     return min(d, math.ceil(Fraction(repr(float(ratio))) * d))
 
 
+#: The segment of the mixed vector being encoded or decoded (0: the first, or the whole vector under vector scope).
+_SEGMENT: ContextVar[int] = ContextVar("compress_segment", default=0)
+
+
+@contextmanager
+def segment(index: int) -> Iterator[None]:
+    """Encode or decode segment `index` of a per-tensor message inside this block (its draws from its own stream)."""
+    token = _SEGMENT.set(index)
+    try:
+        yield
+    finally:
+        _SEGMENT.reset(token)
+
+
 def purpose(round: int) -> str:
-    """The purpose of a peer's compression stream in `round`: (seed, peer, round, "compress")."""
-    return f"compress/{round}"
+    """The purpose of a peer's compression stream in `round`: (seed, peer, round, "compress"), and for segment
+    i > 0 of a per-tensor message (seed, peer, round, "compress", i), so every segment draws on its own."""
+    index = _SEGMENT.get()
+    return f"compress/{round}" if index == 0 else f"compress/{round}/{index}"
 
 
 def generator(seed: int, peer: int, round: int, device: torch.device) -> torch.Generator:
@@ -62,6 +89,9 @@ def compressing_schemes() -> dict[str, str]:
 class Compressor(Codec, Component):
     """A codec whose message is a few values and packed bits (see the module docstring)."""
 
+    #: --compress-scope tensor: the mixed vector's segment sizes, each compressed on its own (None: vector scope).
+    layout: tuple[int, ...] | None = None
+
     @classmethod
     def from_config(cls, cfg: Any) -> Compressor:
         """The codec a run's configuration asks for (its own options and the run's seed)."""
@@ -84,24 +114,67 @@ class Compressor(Codec, Component):
         """Its parameters as manifest["compression"] records them for a d-vector (p2pfl.gossip.compress.records)."""
         return {}
 
+    def per_tensor(self, layout: Sequence[int]) -> None:
+        """Compress each segment of `layout` (the mixed vector's tensor sizes, in order) on its own from now on
+        (--compress-scope tensor); empty tensors carry nothing and are left out."""
+        sizes = tuple(int(n) for n in layout if int(n) > 0)
+        if not sizes:
+            raise ValueError("--compress-scope tensor: the mixed vector has no tensor to compress")
+        self.layout = sizes
+
+    def segments(self, d: int) -> tuple[int, ...]:
+        """The sizes of the segments a message of a d-vector compresses on its own: (d,) under vector scope."""
+        if self.layout is None:
+            return (d,)
+        if sum(self.layout) != d:
+            raise ValueError(f"--compress-scope tensor: a vector of {d} values, but the layout's tensors hold "
+                             f"{sum(self.layout)}")
+        return self.layout
+
     def encode(self, peer: int, vector: torch.Tensor, round: int) -> torch.Tensor:
         flat = vector.reshape(-1)
-        values, bits = self.compress(peer, flat, round)
-        return message.pack(flat.numel(), values, bits)
+        sizes = self.segments(flat.numel())
+        if len(sizes) == 1:
+            values, bits = self.compress(peer, flat, round)
+            return message.pack(flat.numel(), values, bits)
+        values, packed = [], []
+        for i, part in enumerate(flat.split(sizes)):
+            with segment(i):
+                v, b = self.compress(peer, part, round)
+            assert v.numel() == self.values(part.numel()) and b.numel() == self.bits(part.numel()), \
+                f"{self.name}: a segment of {part.numel()} values made a message of another size than it declares"
+            values.append(v.reshape(-1))
+            packed.append(b.reshape(-1).to(torch.uint8, copy=False))
+        return message.pack(flat.numel(), torch.cat(values), torch.cat(packed))
 
     def decode(self, sender: int, payload: torch.Tensor, round: int) -> torch.Tensor:
-        return self.expand(sender, message.unpack(payload, self.values), round)
+        msg = message.unpack(payload, lambda d: sum(self.values(n) for n in self.segments(d)))
+        sizes = self.segments(msg.d)
+        if len(sizes) == 1:
+            return self.expand(sender, msg, round)
+        out, at_value, at_bit = [], 0, 0
+        for i, n in enumerate(sizes):
+            values, bits = self.values(n), self.bits(n)
+            part = Message(n, msg.dtype, msg.values[at_value:at_value + values], msg.bits[at_bit:at_bit + bits])
+            with segment(i):
+                out.append(self.expand(sender, part, round))
+            at_value, at_bit = at_value + values, at_bit + bits
+        if at_bit != msg.bits.numel():
+            raise ValueError(f"compressed gossip: a per-tensor message holds {at_bit} bytes of bits, got "
+                             f"{msg.bits.numel()}")
+        return torch.cat(out)
 
     def size(self, d: int, dtype: torch.dtype) -> int:
-        """The exact bytes of the message of a d-vector of `dtype`."""
-        return message.size(d, dtype, self.values(d), self.bits(d))
+        """The exact bytes of the message of a d-vector of `dtype` (per segment under tensor scope)."""
+        sizes = self.segments(d)
+        return message.size(d, dtype, sum(self.values(n) for n in sizes), sum(self.bits(n) for n in sizes))
 
     def values(self, d: int) -> int:
-        """How many numbers (in the vector's dtype) the message of a d-vector holds."""
+        """How many numbers (in the vector's dtype) the message of a d-vector (or of a segment of d) holds."""
         raise NotImplementedError
 
     def bits(self, d: int) -> int:
-        """How many bytes of packed bits the message of a d-vector holds."""
+        """How many bytes of packed bits the message of a d-vector (or of a segment of d) holds."""
         raise NotImplementedError
 
     def compress(self, peer: int, vector: torch.Tensor, round: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,4 +200,4 @@ class Sparse(Compressor):
         return self.k(d)
 
     def record(self, d: int) -> dict[str, Any]:
-        return {"ratio": self.ratio, "kept": self.k(d)}
+        return {"ratio": self.ratio, "kept": sum(self.k(n) for n in self.segments(d))}

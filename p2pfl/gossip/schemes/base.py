@@ -12,6 +12,7 @@ import torch
 
 from p2pfl.byzantine import AGGREGATORS
 from p2pfl.capabilities import GIVES_GRADIENTS, MIXES_BY_W
+from p2pfl.gossip.compress import CODECS
 from p2pfl.gossip.mix import Gossip, Mixed
 from p2pfl.network.schedule import RoundNetwork
 from p2pfl.options import Check, catalogue
@@ -48,6 +49,9 @@ DOUBLY_STOCHASTIC = "doubly-stochastic"
 #: ... its round reads only the updated model x½ = x − ηg: a method hands it x½ as it is, with g = 0 (not x and a
 #: G rebuilt from the update, which would round x½ differently).
 UPDATED_ONLY = "updated-only"
+#: ... its round with g = 0 is a pure gossip step (its state holds no gradient that would advance), so it may repeat
+#: on the round's network: --gossip-steps S > 1 (SGP's two gossip steps per SGD step; `Scheme.rounds`).
+MULTI_STEP = "multi-step"
 
 
 class Scheme(Component):
@@ -70,12 +74,25 @@ class Scheme(Component):
         their events; `state[p]` (the peer's record's dict) is updated in place."""
         raise NotImplementedError
 
+    def rounds(self, gossip: Gossip, x: dict[int, torch.Tensor], g: dict[int, torch.Tensor], lr: float,
+               state: dict[int, State], net: RoundNetwork, round: int, sizes: Sequence[float] | None = None,
+               steps: int = 1) -> Mixed:
+        """`round`, then `steps` − 1 more with g = 0, pure gossip steps (--gossip-steps; a MULTI_STEP scheme's), each
+        on the network the one before left: the round's network, one draw of its failures, less the links whose
+        messages were rejected. The events of all of them."""
+        mixed = self.round(gossip, x, g, lr, state, net, round, sizes)
+        for _ in range(steps - 1):
+            zero = {p: torch.zeros_like(v) for p, v in mixed.vectors.items()}
+            more = self.round(gossip, mixed.vectors, zero, lr, state, mixed.net, round, sizes)
+            mixed = Mixed(more.vectors, more.net, mixed.events + more.events)
+        return mixed
+
     def round_models(self, gossip: Gossip, z: dict[int, torch.Tensor], g: dict[int, torch.Tensor], lr: float,
                      state: dict[int, State], net: RoundNetwork, round: int,
-                     sizes: Sequence[float] | None = None) -> Mixed:
-        """`round` where `z` holds the models the peers hold (`model`), and so do the mixed vectors returned (the
+                     sizes: Sequence[float] | None = None, steps: int = 1) -> Mixed:
+        """`rounds` where `z` holds the models the peers hold (`model`), and so do the mixed vectors returned (the
         learners and consensus keep in a peer's model what it trains, evaluates and checkpoints)."""
-        return self.round(gossip, z, g, lr, state, net, round, sizes)
+        return self.rounds(gossip, z, g, lr, state, net, round, sizes, steps)
 
     def model(self, x: torch.Tensor, state: State) -> torch.Tensor:
         """The model a peer holds, trains and is measured by, from the iterate `x` it mixes."""
@@ -110,6 +127,25 @@ class Scheme(Component):
         check(plain or (cfg.byzantine is None and linear and cfg.mixing != "server"), "gossip",
               f"{cfg.gossip} mixes by the plain W-weighted mean: it does not combine with --byzantine, a robust "
               "--aggregator or --mixing server")
+        if cfg.gossip_steps > 1:
+            cls.check_steps(cfg, check, method, linear)
+
+    @classmethod
+    def check_steps(cls, cfg: Any, check: Check, method: Any, linear: bool) -> None:
+        """The rules of --gossip-steps S > 1: a scheme whose round with g = 0 is a pure gossip step (MULTI_STEP),
+        a method that hands it its one vector, and the plain dense mix (the codecs' random draws, CHOCO's message
+        log and the attackers' draws are keyed by the round, so a second step in it would repeat them)."""
+        multi = [n for n in SCHEMES.names() if MULTI_STEP in SCHEMES.get(n).capabilities]
+        check(MULTI_STEP in cls.capabilities, "gossip_steps",
+              f"only {', '.join(multi)} repeat a gossip step with g = 0, got --gossip {cfg.gossip} (its state would "
+              "advance): use --gossip-steps 1")
+        check(method.can(MIXES_BY_W), "gossip_steps",
+              f"{cfg.algorithm} hands a scheme no one vector to mix ({method.why_not(MIXES_BY_W)}): use "
+              "--gossip-steps 1")
+        check("dense" in CODECS.get(cfg.compress).capabilities, "gossip_steps",
+              "repeats the round's dense mix: not with --compress (its draws are keyed by the round)")
+        check(cfg.byzantine is None and linear and cfg.mixing != "server", "gossip_steps",
+              "repeats the plain W-weighted mix: not with --byzantine, a robust --aggregator or --mixing server")
 
     @classmethod
     def check_network(cls, schedule: NetworkSchedule, graph: nx.Graph, rounds: int) -> None:
@@ -132,4 +168,4 @@ class Scheme(Component):
 
 
 __all__ = ["COMPRESSIBLE", "DEBIASED", "DOUBLY_STOCHASTIC", "ERROR_FEEDBACK", "GIVES_GRADIENTS", "MIXES_BY_W",
-           "NO_REJOIN_MIX", "OWNS_MOMENTUM", "PLAIN_MIX", "SCHEMES", "Scheme", "State", "UPDATED_ONLY"]
+           "MULTI_STEP", "NO_REJOIN_MIX", "OWNS_MOMENTUM", "PLAIN_MIX", "SCHEMES", "Scheme", "State", "UPDATED_ONLY"]

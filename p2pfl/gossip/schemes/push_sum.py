@@ -11,7 +11,10 @@ The learners and consensus keep in each peer's model what the peer trains, evalu
 communicate time the numerator is rebuilt as x = w·z (`round_models`), mixed, and the peer is left holding
 z⁺ = x⁺/w⁺. So Σ_i w_i z_i = Σ_i x_i is what push-sum conserves (to rounding), while the network average every scheme
 reports stays the mean of the z_i. A returning peer does not take its neighbours' mix (--rejoin mix): it would
-replace z while w stays, creating or destroying mass. Push-sum splits evenly: no --weight-by-data."""
+replace z while w stays, creating or destroying mass. Push-sum splits evenly: no --weight-by-data.
+
+With --gossip-steps S (SGP's published runs took two), x and w are both mixed S times a round, X⁺ = P^S(X − ηG),
+w⁺ = P^S w, and the peer holds z⁺ = x⁺/w⁺ (the numerator rebuilt from z once, before the first step)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -23,7 +26,7 @@ import torch
 from p2pfl.gossip.mix import Gossip, Mixed
 from p2pfl.gossip.rules import Rule
 from p2pfl.gossip.schemes import SCHEMES
-from p2pfl.gossip.schemes.base import DEBIASED, MIXES_BY_W, NO_REJOIN_MIX, Scheme, State
+from p2pfl.gossip.schemes.base import DEBIASED, MIXES_BY_W, MULTI_STEP, NO_REJOIN_MIX, Scheme, State
 from p2pfl.network.schedule import RoundNetwork
 from p2pfl.options import Check
 
@@ -47,7 +50,7 @@ class PushSum(Scheme):
     """Column-stochastic gossip of [x − ηg, w]; the peers hold z = x/w."""
 
     needs: ClassVar[frozenset[str]] = frozenset({MIXES_BY_W})
-    capabilities: ClassVar[frozenset[str]] = frozenset({DEBIASED, NO_REJOIN_MIX})
+    capabilities: ClassVar[frozenset[str]] = frozenset({DEBIASED, NO_REJOIN_MIX, MULTI_STEP})
 
     @classmethod
     def check(cls, cfg: Any, check: Check) -> None:
@@ -81,7 +84,7 @@ class PushSum(Scheme):
 
     def round_models(self, gossip: Gossip, z: Mapping[int, torch.Tensor], g: dict[int, torch.Tensor], lr: float,
                      state: dict[int, State], net: RoundNetwork, round: int,
-                     sizes: Sequence[float] | None = None) -> Mixed:
+                     sizes: Sequence[float] | None = None, steps: int = 1) -> Mixed:
         numerators = {p: self.numerator(v, state[p]) for p, v in z.items()}
-        mixed = self.round(gossip, numerators, g, lr, state, net, round, sizes)
+        mixed = self.rounds(gossip, numerators, g, lr, state, net, round, sizes, steps)
         return Mixed({p: self.model(x, state[p]) for p, x in mixed.vectors.items()}, mixed.net, mixed.events)

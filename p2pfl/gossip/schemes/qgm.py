@@ -38,6 +38,8 @@ class QGM(Scheme):
         check(cfg.optimizer == "sgd", "optimizer",
               f"--gossip qgm is quasi-global momentum over plain SGD steps; use --optimizer sgd, not {cfg.optimizer}")
         check(0 <= cfg.momentum < 1, "momentum", f"qgm's μ must lie in [0, 1), got {cfg.momentum}")
+        check(not cfg.nesterov, "nesterov", "--gossip qgm's local steps take no momentum (--momentum is its own μ, "
+                                            "applied once a round): run it without --nesterov")
 
     def prepare(self, ctx: Any) -> None:
         ctx.record_manifest(qgm={"mu": self.mu, "local_momentum": 0.0})
