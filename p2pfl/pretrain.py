@@ -64,8 +64,22 @@ def held_out_indices(n: int, run_config: str, dataset: str, seed: int | None = N
     return np.setdiff1d(np.arange(n, dtype=np.int64), used)
 
 
+def image_dataset(name: str) -> None:
+    """Refuse, in one line, a dataset that gives no images (feature vectors, token sequences): the encoders this
+    pretrains are image encoders."""
+    from p2pfl.capabilities import FEATURES, TOKENS
+    from p2pfl.data.datasets import DATASETS, canonical_name
+
+    gives = DATASETS.get(canonical_name(name)).capabilities & {FEATURES, TOKENS}
+    if gives:
+        what = "feature vectors" if FEATURES in gives else "token sequences"
+        raise PretrainError(f"--dataset {name}: gives {what}, not images; p2pfl.pretrain trains image encoders "
+                            "(train a model of such data in the run itself: python -m p2pfl.run --dataset ...)")
+
+
 def training_images(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor, Any]:
     """(uint8 images, labels, dataset) the encoder trains on, in the requested geometry."""
+    image_dataset(args.dataset)
     ds = load_dataset(args.dataset, args.data_dir)
     n = int(ds.x_train.shape[0])
     idx = np.arange(n, dtype=np.int64)

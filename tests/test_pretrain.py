@@ -168,3 +168,14 @@ def test_pretraining_normalises_with_the_datasets_own_statistics() -> None:
     cifar = assemble("cifar10", Arrays(x, np.array([0, 1]), x, np.array([1, 0]), mean=CIFAR10.mean, std=CIFAR10.std))
     assert normalisation(cifar, 3) == ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
     assert normalisation(cifar, 1) == ((0.4914,), (0.2470,))
+
+
+@pytest.mark.parametrize("table, gives", [("a,b,label\n1,2,0\n3,4,1\n5,6,0\n7,8,1\n", "feature vectors")])
+def test_a_dataset_without_images_is_refused_in_one_line(table: str, gives: str, tmp_path: Path, capsys) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(table)
+    assert main(["--dataset", f"csv:{path}", "--model", "simple-cnn", "--out", str(tmp_path / "x.pt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"p2pfl.pretrain: --dataset csv:{path}: gives {gives}, not images; p2pfl.pretrain trains image "
+                   "encoders (train a model of such data in the run itself: python -m p2pfl.run --dataset ...)"]
+    assert not (tmp_path / "x.pt").exists()
