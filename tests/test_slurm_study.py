@@ -96,6 +96,11 @@ def test_a_tuned_study_submits_its_tuning_then_its_finals_with_the_choice(tmp_pa
     choice from the finished tuning runs and runs with it."""
     study = {"name": "tuned", "base": TUNED, "axes": {"topology": ["cycle", "complete"]}, "seeds": 1,
              "tune": {"grid": {"lr": [0.01, 0.5]}, "seeds": [9], "validation": 0.2}}
+    dry, _ = _study(tmp_path, slurm, study, "--slurm", "--dry-run")
+    commands = dry.stdout.strip().splitlines()
+    assert len(commands) == 2 and commands[0].startswith("sbatch --parsable --array=0-3%16")
+    assert commands[0].endswith("array-tuning.txt") and "--array=0-1%16" in commands[1]
+    assert commands[1].split()[-3] == "--dependency=afterany:TUNING_JOB_ID"
     submitted, _ = _study(tmp_path, slurm, study, "--slurm")
     assert submitted.returncode == 0, submitted.stderr
     tuning = int(submitted.stdout.split("submitted tuning array ")[1].split()[0])

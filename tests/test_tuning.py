@@ -18,7 +18,7 @@ import yaml
 from p2pfl.data.datasets import load_dataset
 from p2pfl.data.validation import held_out
 from p2pfl.study.plan import StudyError, expand
-from p2pfl.study.tune import TuneSpec, TuningRun, choose
+from p2pfl.study.tune import TuneError, TuneSpec, TuningRun, choose, score_of
 
 from conftest import ROOT
 
@@ -137,6 +137,18 @@ def test_tuning_points_resume_and_the_choice_is_remade_the_same(tmp_path: Path) 
     ran = [line.split("] ")[1].split(":")[0] for line in again.stdout.splitlines() if line.startswith("  [")]
     assert sorted(ran) == sorted([lost, "scheme-gt__seed-0"])
     assert (folder / "tuning.json").read_text() == before
+    # a finished run of other values than the study now gives is refused, not reported as the chosen one
+    ran = folder / "runs" / "scheme-avg__seed-0" / "config.yaml"
+    config = yaml.safe_load(ran.read_text())
+    ran.write_text(yaml.safe_dump({**config, "lr": 0.123}))
+    stale = _run_study(tmp_path, study)
+    assert stale.returncode == 1
+    assert (f"scheme-avg__seed-0 ran with lr 0.123, the study now gives it {config['lr']!r} (its tune section "
+            f"changed): remove {folder / 'runs' / 'scheme-avg__seed-0'} to run it again") in stale.stderr
+    ran.write_text(yaml.safe_dump(config))
+    study["tune"]["validation"] = 0.3
+    changed = _run_study(tmp_path, study)
+    assert changed.returncode == 1 and "ran with validation 0.25, the study now gives it 0.3" in changed.stderr
 
 
 def test_an_arm_s_finals_wait_for_its_own_tuning_points_only(tmp_path: Path) -> None:
@@ -158,6 +170,30 @@ def test_an_arm_s_finals_wait_for_its_own_tuning_points_only(tmp_path: Path) -> 
 
 def _spec(goal: str = "max") -> TuneSpec:
     return TuneSpec(grid={"lr": [0.1, 0.2, 0.3]}, seeds=[5, 6], validation=0.1, metric="m", goal=goal, per=None)
+
+
+def test_choose_takes_the_argmax_or_argmin_wherever_it_lies_and_refuses_an_arm_with_no_score() -> None:
+    arm = (("scheme", "x"),)
+    means = {0.1: 0.3, 0.2: 0.1, 0.3: 0.5}
+    runs = [TuningRun(f"p{lr}", arm, {"lr": lr}, 5, {}) for lr in means]
+    recorded = {r.name: (means[r.values["lr"]], None) for r in runs}
+    grids = {arm: {"lr": [0.1, 0.2, 0.3]}}
+    assert choose(_spec("max"), runs, recorded, grids)["arms"][0]["chosen"] == {"lr": 0.3}
+    assert choose(_spec("min"), runs, recorded, grids)["arms"][0]["chosen"] == {"lr": 0.2}
+    with pytest.raises(TuneError, match="arm scheme=x: no candidate has a finite m in every tuning run"):
+        choose(_spec(), runs, {r.name: (None, "diverged") for r in runs}, grids)
+
+
+def test_a_metric_no_tuning_run_reports_is_refused_naming_those_it_reports(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_text(json.dumps({"final": {"test_acc_avg": 0.5, "zeta2_avg": 1.0}}))
+    (tmp_path / "manifest.json").write_text(json.dumps({"dataset": {"scored_on": "validation"}}))
+    assert score_of(tmp_path, "test_acc_avg") == (0.5, None)
+    with pytest.raises(TuneError, match=r"tune.metric: .* reports no final test_acc \(it reports: test_acc_avg, "
+                                        r"zeta2_avg\)"):
+        score_of(tmp_path, "test_acc")
+    (tmp_path / "manifest.json").write_text(json.dumps({"dataset": {"scored_on": "test"}}))
+    with pytest.raises(TuneError, match="scored on test, not a validation split"):
+        score_of(tmp_path, "test_acc_avg")
 
 
 @pytest.mark.parametrize("goal", ["max", "min"])
@@ -183,11 +219,28 @@ def test_choose_takes_the_best_mean_a_diverged_run_never_wins_and_ties_go_to_gri
     ({"tune": {"grid": {"lr": [0.1]}, "goal": "best"}}, "tune.goal: max or min"),
     ({"tune": {"grid": {"lr": [0.1]}, "per": ["nope"]}}, "tune.per: 'nope' is not an axis of the study"),
     ({"tune": {"per": ["topology"]}}, "nothing to tune"),
+    ({"tune": {"grid": {"lr": [1, 1.0]}}}, "tune.grid.lr: must be a non-empty list of distinct values"),
+    ({"tune": {"grid": {"lr": [0.1]}, "per": ["topology", "topology"]}}, "tune.per: a non-empty list of distinct"),
+    ({"tune": {"grid": {"topology": ["cycle"]}}}, "sets topology, which the tuner chooses"),
+    ({"tune": {"grid": {"lr": [0.1]}}, "base": {**BASE, "dataset": "synthetic", "validation": 0.2}},
+     "validation is the tuner's"),
+    ({"tune": {"grid": {"lr": [0.1]}}, "base": {**BASE, "dataset": "synthetic", "on_nonfinite": "abort"}},
+     "on_nonfinite abort would fail a diverging tuning point"),
 ])
 def test_a_bad_tune_section_is_one_line_naming_the_key(study: dict, message: str) -> None:
     data = {"base": {**BASE, "dataset": "synthetic"}, "axes": {"topology": ["cycle", "complete"]}, **study}
     with pytest.raises(StudyError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
         expand(data)
+
+
+def test_the_order_of_tune_per_does_not_change_the_tuning_points() -> None:
+    def names(per: list[str]) -> list[str]:
+        return [p.name for p, _ in expand({"base": {**BASE, "dataset": "synthetic"}, "tune": {"grid": {"lr": [0.1]},
+                                           "per": per}, "axes": {"topology": ["cycle", "complete"],
+                                                                 "alpha": [1.0, 0.1]}}).tuning]
+
+    assert names(["topology", "alpha"]) == names(["alpha", "topology"])
+    assert names(["alpha", "topology"])[0] == "tune__topology-cycle__alpha-1__lr-0.1__seed-100"
 
 
 def test_a_tune_grid_on_an_axis_outside_the_arms_is_refused() -> None:

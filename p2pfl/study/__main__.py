@@ -74,11 +74,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     skipped = len(names) - len(todo)
     if args.dry_run:  # says what would run and writes nothing
         if args.slurm and todo:
-            print(shlex.join(sbatch_command(folder, todo, args.ranks_per_run, plan.slurm, args.throttle,
-                                            args.sbatch_arg)))
-            if plan.tune is not None:
-                print("(a tuned study submits its tuning points first, then its final points as a second array "
-                      "after them)")
+            tuning = {p.name for p, _ in plan.tuning}
+            first, then = [n for n in todo if n in tuning], [n for n in todo if n not in tuning]
+            if first:
+                print(shlex.join(sbatch_command(folder, first, args.ranks_per_run, plan.slurm, args.throttle,
+                                                args.sbatch_arg) + ["array-tuning.txt"]))
+            if then:
+                after = ["--dependency=afterany:TUNING_JOB_ID"] if first else []
+                print(shlex.join(sbatch_command(folder, then, args.ranks_per_run, plan.slurm, args.throttle,
+                                                [*args.sbatch_arg, *after])))
             return 0
         print(f"{folder.path}: {len(todo)} of {len(names)} points to run ({skipped} done or running)")
         for n in todo:
@@ -86,6 +90,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     folder.write_plan(plan, text)
     if not todo:
+        if plan.tune is not None:  # the finished runs must still be of the values the study gives them
+            try:
+                ensure_finals(folder, plan)
+            except TuneError as exc:
+                print(f"p2pfl.study: error: {exc}", file=sys.stderr)
+                return 1
         print(f"{folder.path}: all {len(names)} points done")
         return 0
     tuning = {p.name for p, _ in plan.tuning}
@@ -168,18 +178,22 @@ def _submit(folder: StudyFolder, plan: Plan, first: list[str], then: list[str], 
             tuning = submit(folder, first, args.ranks_per_run, plan.slurm, args.throttle, args.sbatch_arg,
                             array="array-tuning.txt")
             submitted.append(f"tuning array {tuning} ({len(first)} points)")
+        waiting = None
+        if then and plan.tune is not None and not first:  # tuning done: the finals of the chosen arms only
+            selection, written = ensure_finals(folder, plan)
+            then = [n for n in then if n in written]
+            waiting = waiting_error(selection) if selection["waiting"] else None
         if then:
             after = [f"--dependency=afterany:{tuning}"] if first else []
-            if plan.tune is not None and not first:
-                selection, _ = ensure_finals(folder, plan)
-                if selection["waiting"]:
-                    raise waiting_error(selection)
             result = submit(folder, then, args.ranks_per_run, plan.slurm, args.throttle, [*args.sbatch_arg, *after])
             submitted.append(f"job array {result} ({len(then)} points{', after the tuning' if first else ''})")
     except (RuntimeError, FileNotFoundError, TuneError) as exc:
         print(f"p2pfl.study: error: {exc}", file=sys.stderr)
         return 1
-    print(f"{folder.path}: submitted {'; '.join(submitted)}")
+    print(f"{folder.path}: submitted {'; '.join(submitted) or 'nothing'}")
+    if waiting is not None:
+        print(f"p2pfl.study: {waiting}", file=sys.stderr)
+        return 1
     return 0
 
 

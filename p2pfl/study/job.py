@@ -74,6 +74,8 @@ def _prepare_final(folder: StudyFolder, name: str) -> str | None:
         selection, ready = ensure_finals(folder, plan)
     except (StudyError, TuneError) as exc:
         return str(exc)
+    except Exception as exc:  # noqa: BLE001 - the task records an exit status whatever went wrong
+        return f"{type(exc).__name__}: {exc}"
     return None if name in ready else str(waiting_error(selection))
 
 

@@ -67,6 +67,7 @@ class Point:
     axes: dict[str, str]
     options: dict[str, Any]
     grid: dict[str, list[Any]] = field(default_factory=dict)
+    varied: frozenset[str] = frozenset()  # the options its axis values and listed entries set (the base aside)
 
 
 @dataclass(frozen=True)
@@ -226,9 +227,11 @@ def expand(data: Any, default_name: str = "study", root: str | None = None) -> P
         labels = {a: lab for a, lab, _, _ in row}
         opts = dict(base)
         own_grid: dict[str, list[Any]] = {}
+        varied: set[str] = set()
         for _, _, o, g in row:
             opts.update(o)
             own_grid.update(g)
+            varied.update(o)
         try:
             opts = _with_plugins(opts, root)
         except plugins.PluginError as exc:
@@ -244,7 +247,7 @@ def expand(data: Any, default_name: str = "study", root: str | None = None) -> P
                                  f"{shown(name)} but differ in {key} ({shown(other.get(key))} vs "
                                  f"{shown(opts.get(key))}); give them distinct labels")
             continue  # a listed point that the grid already holds
-        seen[name] = Point(name=name, axes=labels, options=opts, grid=own_grid)
+        seen[name] = Point(name=name, axes=labels, options=opts, grid=own_grid, varied=frozenset(varied))
         points.append(seen[name])
     slurm = _mapping(data, "slurm")
     name = _safe(str(data.get("name", default_name)))
@@ -268,7 +271,7 @@ def _tuning(spec: TuneSpec, order: list[str], points: list[Point]
     """Each arm's grid and the tuning points (tune.py's docstring): per arm, candidate, setting of the other axes
     and tuning seed, in that order."""
     per = arm_axes(spec, order)
-    missing = [a for a in per if a not in order or a == SEED]
+    missing = [a for a in spec.per or () if a not in order or a == SEED]
     if missing:
         raise StudyError(f"tune.per: '{missing[0]}' is not an axis of the study (axes: {', '.join(order)}; not seed)")
     finals = {p.options.get(SEED, 0) for p in points}
@@ -280,6 +283,16 @@ def _tuning(spec: TuneSpec, order: list[str], points: list[Point]
     for p in points:
         arm = arm_of(p.axes, per)
         grid = {**spec.grid, **p.grid}
+        clash = sorted(set(grid) & p.varied)
+        if clash:
+            raise StudyError(f"point {p.name}: an axis value or listed point sets {clash[0]}, which the tuner "
+                             f"chooses (tune grid); set it in base or leave it to the tuner")
+        if p.options.get("validation"):
+            raise StudyError(f"point {p.name}: validation is the tuner's (tune.validation, for its tuning points); "
+                             "a final point trains on the whole training set and is scored on the test set")
+        if p.options.get("on_nonfinite") == "abort":
+            raise StudyError(f"point {p.name}: on_nonfinite abort would fail a diverging tuning point and keep its "
+                             "arm waiting; a tuned study runs with rollback (a diverging candidate scores low)")
         if arms.setdefault(arm, grid) != grid:
             raise StudyError(f"arm {arm_name(arm)}: its points carry different tune grids (a bundle's tune grid "
                              "belongs on one of the tune.per axes)")
@@ -300,6 +313,10 @@ def _tuning(spec: TuneSpec, order: list[str], points: list[Point]
                     options = {**template.options, **values, SEED: seed, "validation": spec.validation}
                     point = Point(name=name, axes=labels, options=options)
                     tuning.append((point, TuningRun(name, arm, values, seed, dict(context))))
+    names = [p.name for p, _ in tuning]
+    if len(set(names)) != len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise StudyError(f"two tuning points get the name {shown(twice)}: give the axes' values distinct labels")
     if len(tuning) + len(points) > MAX_POINTS:
         raise StudyError(f"{len(tuning) + len(points)} points with the tuning points: a study may have at most "
                          f"{MAX_POINTS}")

@@ -19,6 +19,9 @@ def select(folder: StudyFolder, plan: Plan) -> dict[str, Any]:
     tuning.csv; the arms still waiting for a tuning point are listed under "waiting"."""
     assert plan.tune is not None
     undone = {r.arm for p, r in plan.tuning if folder.state(p.name).state != "done"}
+    for p, r in plan.tuning:
+        if r.arm not in undone:
+            _ran_as_planned(folder, p.name, {**r.values, "seed": r.seed, "validation": plan.tune.validation})
     ready = {arm: grid for arm, grid in plan.arms.items() if arm not in undone}
     runs = [(p, r) for p, r in plan.tuning if r.arm in ready]
     scores = {p.name: score_of(folder.run_dir(p.name), plan.tune.metric) for p, _ in runs}
@@ -41,15 +44,32 @@ def chosen(selection: dict[str, Any], plan: Plan, point: Point) -> dict[str, Any
     return next((a["chosen"] for a in selection["arms"] if a["arm"] == arm), None)
 
 
+def _ran_as_planned(folder: StudyFolder, name: str, expected: dict[str, Any]) -> None:
+    """A finished point must have run with `expected` (its run folder's config.yaml): a study whose tune section
+    changed since would otherwise report runs of other values as the chosen ones. TuneError names the first key."""
+    try:
+        ran = yaml.safe_load((folder.run_dir(name) / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        raise TuneError(f"{name}: finished, but its config.yaml cannot be read") from None
+    for key, value in expected.items():
+        if ran.get(key) != value:
+            raise TuneError(f"{name} ran with {key} {ran.get(key)!r}, the study now gives it {value!r} (its tune "
+                            f"section changed): remove {folder.run_dir(name)} to run it again")
+
+
 def write_finals(folder: StudyFolder, plan: Plan, selection: dict[str, Any]) -> list[str]:
-    """The configuration of every final point whose arm is chosen: its options with the chosen values; returns
-    their names."""
+    """The configuration of every final point whose arm is chosen, its options with the chosen values (a finished
+    one must have run with them); returns their names."""
     written = []
     for point in plan.points:
         values = chosen(selection, plan, point)
-        if values is not None:
+        if values is None:
+            continue
+        if folder.state(point.name).state == "done":
+            _ran_as_planned(folder, point.name, values)
+        else:
             write_atomic(folder.config(point.name), yaml.safe_dump({**point.options, **values}, sort_keys=False))
-            written.append(point.name)
+        written.append(point.name)
     return written
 
 

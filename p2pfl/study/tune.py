@@ -71,7 +71,7 @@ def grid(value: Any, where: str, known: frozenset[str]) -> dict[str, list[Any]]:
             raise TuneError(f"{where}.{key}: not a p2pfl.run option (see python -m p2pfl.run --help)")
         if name in (SEED, "validation"):
             raise TuneError(f"{where}.{key}: the tuner sets {name} itself (tune.seeds, tune.validation)")
-        if not isinstance(values, list) or not values or len(set(map(repr, values))) != len(values):
+        if not isinstance(values, list) or not values or len({value_label(v) for v in values}) != len(values):
             raise TuneError(f"{where}.{key}: must be a non-empty list of distinct values")
         out[name] = values
     return out
@@ -101,14 +101,15 @@ def parse(data: Any, known: frozenset[str]) -> TuneSpec:
     if goal not in GOALS:
         raise TuneError(f"tune.goal: max or min, got {goal!r}")
     per = data.get("per")
-    if per is not None and (not isinstance(per, list) or not all(isinstance(a, str) for a in per)):
-        raise TuneError("tune.per: a list of the study's axes")
+    if per is not None and (not isinstance(per, list) or not per or not all(isinstance(a, str) for a in per)
+                            or len(set(per)) != len(per)):
+        raise TuneError("tune.per: a non-empty list of distinct axes of the study")
     return TuneSpec(grid=grid_, seeds=list(seeds), validation=float(validation), metric=metric, goal=goal, per=per)
 
 
 def arm_axes(spec: TuneSpec, axes: list[str]) -> list[str]:
-    """The axes that make an arm: tune.per, else every axis but seed."""
-    return [a for a in axes if a != SEED] if spec.per is None else list(spec.per)
+    """The axes that make an arm, in the study's axis order: tune.per, else every axis but seed."""
+    return [a for a in axes if a != SEED and (spec.per is None or a in spec.per)]
 
 
 def arm_of(labels: dict[str, str], per: list[str]) -> tuple[tuple[str, str], ...]:
@@ -155,9 +156,11 @@ def score_of(run_dir: Path, metric: str) -> tuple[float | None, str | None]:
     if scored_on != "validation":
         raise TuneError(f"{run_dir}: scored on {scored_on or 'no held-out split'}, not a validation split; a tuning "
                         "run must run with --validation")
-    value = (record.get("final") or {}).get(metric)
-    if value is None:
-        return None, f"no final {metric}"
+    final = record.get("final") or {}
+    if metric not in final:  # a name no run reports (a typo), not a divergence
+        raise TuneError(f"tune.metric: {run_dir.name} reports no final {metric} (it reports: "
+                        f"{', '.join(sorted(final)) or 'none'})")
+    value = final[metric]
     if not isinstance(value, (int, float)) or not math.isfinite(value):
         return None, f"{metric} is {value!r} (diverged)"
     return float(value), None
@@ -179,6 +182,9 @@ def choose(spec: TuneSpec, runs: list[TuningRun], scores: dict[str, tuple[float 
             mean = worst if not got or any(v is None for v in got) else sum(got) / len(got)
             rows.append({"values": values, "score": None if math.isinf(mean) else mean, "runs": results,
                          "_key": mean})
+        if all(math.isinf(r["_key"]) for r in rows):
+            raise TuneError(f"arm {arm_name(arm)}: no candidate has a finite {spec.metric} in every tuning run "
+                            "(every one diverged): widen the grid towards smaller steps")
         pick = max(rows, key=lambda r: r["_key"]) if spec.goal == "max" else min(rows, key=lambda r: r["_key"])
         best = rows.index(pick)  # max/min return the first of equal keys: ties go to grid order
         for row in rows:
