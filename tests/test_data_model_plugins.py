@@ -152,7 +152,8 @@ def test_both_plugins_run_through_simulate(tmp_path: Path) -> None:
                    sep_width=4, peers=4, rounds=2, local_steps=2, batch_size=8, eval_every=1, probe_epochs=1,
                    batch_peers="on", out=str(tmp_path), progress=False, plots=False)
     manifest = run.manifest
-    assert manifest["dataset"] == {"name": "blobs", "train": 128, "test": 32, "seed": 0, "noise": 0.1}
+    assert manifest["dataset"] == {"name": "blobs", "train": 128, "test": 32, "scored_on": "test", "seed": 0,
+                                   "noise": 0.1}
     assert manifest["model"]["name"] == "sep-cnn"
     assert manifest["batch_peers"]["ranks"][0]["batched"]
     assert sum(manifest["partition"]["sizes"]) == 128 and manifest["partition"]["classes"] == ["east", "north",
