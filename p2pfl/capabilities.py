@@ -24,6 +24,13 @@ FEATURES = "features"
 #: whose local step and scoring predict the next token (the fedavg family: token accuracy and perplexity);
 #: p2pfl.data.datasets._base.Dataset.check pairs them, and refuses a model of token ids on any other dataset.
 TOKENS = "tokens"
+#: Token sequences with one label each (a text --dataset of labelled sequences, sent140:: rows N×T of int64 token ids
+#: padded with a padding id; the task is the sequence's class, e.g. a tweet's sentiment) rather than images or
+#: next-token prediction. Declared by the dataset that gives them, by a model that classifies a sequence (char-lstm,
+#: char-transformer: built with the padding id, they give the features of the last position holding a token), and
+#: by a method whose local step and scoring take a sequence's label (the fedavg family: cross-entropy on the label,
+#: test_acc its accuracy); p2pfl.data.datasets._base.Dataset.check pairs them as it pairs TOKENS.
+SEQUENCE_LABELS = "sequence-labels"
 #: Its data come from the run's workload (p2pfl.data.workload) and its scores from the workload's test split, so
 #: --validation may carve a held-out split from the training data for it to be scored on instead (the learners; not
 #: consensus or the quadratic problem, which have no data, nor FedMuscle, whose tasks load their own).

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from p2pfl.capabilities import ASYNCHRONOUS, BATCHABLE, FEATURES, TOKENS
+from p2pfl.capabilities import ASYNCHRONOUS, BATCHABLE, FEATURES, SEQUENCE_LABELS, TOKENS
 from p2pfl.config import RunConfig
 from p2pfl.context import RunContext
 from p2pfl.gossip import Events
@@ -62,6 +62,7 @@ class Algorithm:
         BATCHABLE: "its local loss takes one peer at a time",
         FEATURES: "it declares no training on feature vectors",
         TOKENS: "it declares no next-token prediction",
+        SEQUENCE_LABELS: "it declares no classification of token sequences",
     }
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -67,10 +67,10 @@ def held_out_indices(n: int, run_config: str, dataset: str, seed: int | None = N
 def image_dataset(name: str) -> None:
     """Refuse, in one line, a dataset that gives no images (feature vectors, token sequences): the encoders this
     pretrains are image encoders."""
-    from p2pfl.capabilities import FEATURES, TOKENS
+    from p2pfl.capabilities import FEATURES, SEQUENCE_LABELS, TOKENS
     from p2pfl.data.datasets import DATASETS, canonical_name
 
-    gives = DATASETS.get(canonical_name(name)).capabilities & {FEATURES, TOKENS}
+    gives = DATASETS.get(canonical_name(name)).capabilities & {FEATURES, TOKENS, SEQUENCE_LABELS}
     if gives:
         what = "feature vectors" if FEATURES in gives else "token sequences"
         raise PretrainError(f"--dataset {name}: gives {what}, not images; p2pfl.pretrain trains image encoders "

@@ -23,7 +23,7 @@ from p2pfl.algorithms.gossip_learner import GossipLearner, GossipPeer
 from p2pfl.algorithms.local_batch import PeerBatch, StepLoss
 from p2pfl.algorithms.peer import Peer
 from p2pfl.algorithms.scoring import representation_scores
-from p2pfl.capabilities import FEATURES, TOKENS
+from p2pfl.capabilities import FEATURES, SEQUENCE_LABELS, TOKENS
 from p2pfl.data.augment import crop_resize_flip, normalize, sample_crop_boxes
 from p2pfl.losses.mae import mae_loss, patchify, random_masking
 from p2pfl.models import build_encoder
@@ -57,7 +57,8 @@ class DecMAE(GossipLearner):
     scores_representations = True
     name = "dec-mae"
     record: ClassVar[type[Peer]] = MAEPeer
-    lacks = {FEATURES: "it reconstructs masked image patches", TOKENS: "it reconstructs masked image patches"}
+    lacks = {FEATURES: "it reconstructs masked image patches", TOKENS: "it reconstructs masked image patches",
+             SEQUENCE_LABELS: "it reconstructs masked image patches"}
     defaults = {"model": "vit-tiny", "optimizer": "adamw", "weight_decay": MAE_WEIGHT_DECAY}
     allowed = {"model": ("vit-tiny",)}
 

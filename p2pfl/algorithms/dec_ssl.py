@@ -6,7 +6,7 @@ from torch import nn
 
 from p2pfl.algorithms.gossip_learner import GossipLearner, GossipPeer
 from p2pfl.algorithms.scoring import representation_scores, representation_scores_stacked
-from p2pfl.capabilities import FEATURES, TOKENS
+from p2pfl.capabilities import FEATURES, SEQUENCE_LABELS, TOKENS
 from p2pfl.losses import nt_xent
 from p2pfl.method import BATCHABLE
 from p2pfl.models import SimCLRNet, build_encoder
@@ -42,7 +42,8 @@ class DecSSL(GossipLearner):
     name = "dec-ssl"
     capabilities = frozenset({BATCHABLE})
     lacks = {FEATURES: "its views are image augmentations: crops, colour jitter",
-             TOKENS: "its views are image augmentations: crops, colour jitter"}
+             TOKENS: "its views are image augmentations: crops, colour jitter",
+             SEQUENCE_LABELS: "its views are image augmentations: crops, colour jitter"}
     defaults = {**DEC_SSL_BUDGET, "temperature": DEC_SSL_TEMPERATURE}
 
     def setup(self) -> None:

@@ -28,7 +28,7 @@ from p2pfl.algorithms.local_batch import PeerBatch, StepLoss
 from p2pfl.algorithms.peer import Peer, derived
 from p2pfl.algorithms.scoring import classifier_scores, classifier_scores_stacked, next_token, token_scores
 from p2pfl.algorithms.trainer import OneBatch
-from p2pfl.capabilities import FEATURES, MIXES_BY_W, TOKENS
+from p2pfl.capabilities import FEATURES, MIXES_BY_W, SEQUENCE_LABELS, TOKENS
 from p2pfl.data import supervised_apply, supervised_draw
 from p2pfl.heterogeneity import Loss
 from p2pfl.method import ASYNCHRONOUS, BATCHABLE, Phase
@@ -54,8 +54,9 @@ class FedAvg(GossipLearner):
     name = "fedavg"
     defaults = MOON_PAPER
     # feature vectors: MoonNet on an mlp, no crop or flip; token sequences: MoonNet's head and classifier on every
-    # position of a char-lstm's features, position t's logits predicting token t+1
-    capabilities = frozenset({BATCHABLE, FEATURES, TOKENS})
+    # position of a char-lstm's features, position t's logits predicting token t+1; labelled token sequences: the
+    # model built with the padding id (its features at a sequence's last token), then MoonNet's head and classifier
+    capabilities = frozenset({BATCHABLE, FEATURES, TOKENS, SEQUENCE_LABELS})
 
     def setup(self) -> None:
         super().setup()
@@ -63,7 +64,9 @@ class FedAvg(GossipLearner):
         self.padding_mode = "reflect" if self.dataset.name == "cifar10" else "constant"
 
     def make_model(self) -> nn.Module:
-        encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size, cfg=self.cfg)
+        ds = self.dataset
+        kw = {"padding": ds.padding} if ds.sequence_labels else {}
+        encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size, cfg=self.cfg, **kw)
         return MoonNet(encoder, self.dataset.num_classes, proj_dim=MOON_PROJ_DIM)
 
     def draw(self, peer: GossipPeer, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -107,8 +110,8 @@ class FedAvg(GossipLearner):
 
     def score_stacked(self, stacked: nn.Module, stack: PeerStack, peers: list[int], final: bool
                       ) -> list[dict[str, float]] | None:
-        if self.dataset.tokens:
-            return None  # peer by peer (`score`)
+        if self.dataset.tokens or self.dataset.sequence_labels:
+            return None  # peer by peer (`score`): the text models do not run peer-stacked
         return classifier_scores_stacked(self, stacked, stack, peers, select=lambda out: out[2])
 
 

@@ -27,7 +27,7 @@ from torch import nn
 from p2pfl.algorithms.fedavg import MOON_PAPER, FedAvg
 from p2pfl.algorithms.gossip_learner import GossipPeer
 from p2pfl.algorithms.peer import ModelPool, Peer, derived
-from p2pfl.capabilities import FEATURES, TOKENS
+from p2pfl.capabilities import FEATURES, SEQUENCE_LABELS, TOKENS
 from p2pfl.losses import moon_contrastive
 from p2pfl.method import ASYNCHRONOUS
 from p2pfl.options import method_options, opt
@@ -65,7 +65,8 @@ class Moon(FedAvg):
     lacks = {ASYNCHRONOUS: "its references (the model a round starts from, the pool of earlier rounds' models) "
                            "follow synchronous rounds",
              FEATURES: "its paper defines it on image classification",
-             TOKENS: "its paper defines it on image classification"}
+             TOKENS: "its paper defines it on image classification",
+             SEQUENCE_LABELS: "its paper defines it on image classification"}
 
     def init_peer(self, peer: MoonPeer) -> None:
         super().init_peer(peer)

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from p2pfl.algorithms.local_batch import PeerBatch, StepLoss
 from p2pfl.algorithms.peer import Peer, derived
 from p2pfl.algorithms.trainer import LocalTrainer
-from p2pfl.capabilities import FEATURES, TOKENS
+from p2pfl.capabilities import FEATURES, SEQUENCE_LABELS, TOKENS
 from p2pfl.context import RunContext
 from p2pfl.data import PeerData, normalize, supervised_augment
 from p2pfl.evaluation import features, multilabel_scores
@@ -143,7 +143,8 @@ class FedMuscle(LocalTrainer):
     name = "fedmuscle"
     record: ClassVar[type[Peer]] = MusclePeer
     lacks = {FEATURES: "its public data and its peers' tasks are images",
-             TOKENS: "its public data and its peers' tasks are images"}
+             TOKENS: "its public data and its peers' tasks are images",
+             SEQUENCE_LABELS: "its public data and its peers' tasks are images"}
     peers: dict[int, MusclePeer]
 
     def __init__(self, ctx: RunContext) -> None:

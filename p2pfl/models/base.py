@@ -29,6 +29,15 @@ def check_geometry(name: str, in_channels: int, image_size: int, min_size: int =
         raise ModelConfigError(f"encoder {name!r}: image_size must be >= {min_size}, got {image_size}")
 
 
+def last_positions(h: torch.Tensor, x: torch.Tensor, padding: int) -> torch.Tensor:
+    """B×F: each sequence's features (h, B×T×F) at the last position of x (B×T token ids) holding a token other
+    than `padding` (position 0 when all are padding). A causal model's features there have read the whole
+    sequence and no padding after it: how char-lstm and char-transformer classify a sequence (SEQUENCE_LABELS)."""
+    positions = torch.arange(x.shape[1], device=x.device).expand_as(x)
+    last = torch.where(x != padding, positions, 0).amax(dim=1)
+    return h[torch.arange(x.shape[0], device=x.device), last]
+
+
 class MaxPool2x2(nn.MaxPool2d):
     """nn.MaxPool2d(2, 2). Without gradients (evaluation, reference models) it takes the maximum of strided views,
     which gives the same values several times faster on a CPU than max_pool2d's kernel; with gradients it is

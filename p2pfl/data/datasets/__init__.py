@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from p2pfl.capabilities import FEATURES, TOKENS
+from p2pfl.capabilities import FEATURES, SEQUENCE_LABELS, TOKENS
 from p2pfl.data.datasets._base import DATASETS, STAND_IN, Arrays, Dataset, ImageDataset
 from p2pfl.data.datasets._files import CIFAR10_CLASSES, DatasetNotFound, data_root
 from p2pfl.registry import options_of
@@ -71,7 +71,8 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, allow_dow
         where = f"the {' and '.join(takers)} dataset{'s' if len(takers) > 1 else ''} only" if takers else "no dataset"
         raise ValueError(f"options {sorted(options)} apply to {where}, not {cls.name!r}")
     arrays = cls(options_of(cls, cfg), data_root(data_dir), allow_download).load(**options)
-    return assemble(cls.name, arrays, features=FEATURES in cls.capabilities, tokens=TOKENS in cls.capabilities)
+    return assemble(cls.name, arrays, features=FEATURES in cls.capabilities, tokens=TOKENS in cls.capabilities,
+                    sequence_labels=SEQUENCE_LABELS in cls.capabilities)
 
 
 def _takes(cls: type[Dataset], options: dict[str, Any]) -> bool:
@@ -88,19 +89,21 @@ def synthetic_dataset(**options: Any) -> ImageDataset:
 
 # --------------------------------------------------------------------------------------------------- assembling
 
-def assemble(name: str, arrays: Arrays, features: bool = False, tokens: bool = False) -> ImageDataset:
+def assemble(name: str, arrays: Arrays, features: bool = False, tokens: bool = False,
+             sequence_labels: bool = False) -> ImageDataset:
     """The ImageDataset of what dataset ``name``'s `load` gave, checked (a ValueError of one line naming the
     dataset and what is wrong); with `features` (a dataset declaring FEATURES) feature vectors, with `tokens`
-    (TOKENS) token sequences, not images."""
+    (TOKENS) token sequences, with `sequence_labels` (SEQUENCE_LABELS) token sequences of a vocabulary of their
+    own with one label each, not images."""
     def fail(message: str) -> ValueError:
         return ValueError(f"--dataset {name}: {message}")
 
     if not isinstance(arrays, Arrays):
         raise fail(f"load() must return p2pfl.data.datasets.Arrays, got {type(arrays).__name__}")
-    read = _tokens if tokens else _features if features else _images
+    read = _tokens if tokens or sequence_labels else _features if features else _images
     x_train, x_test = read(arrays.x_train, "x_train", fail), read(arrays.x_test, "x_test", fail)
     if x_train.shape[1:] != x_test.shape[1:]:
-        what = "token sequences" if tokens else "feature vectors" if features else "images"
+        what = "token sequences" if tokens or sequence_labels else "feature vectors" if features else "images"
         raise fail(f"train {what} are {tuple(x_train.shape[1:])}, test {what} {tuple(x_test.shape[1:])}")
     y_train, y_test = _labels(arrays.y_train, "y_train", len(x_train), fail), _labels(arrays.y_test, "y_test",
                                                                                     len(x_test), fail)
@@ -111,8 +114,15 @@ def assemble(name: str, arrays: Arrays, features: bool = False, tokens: bool = F
         raise fail(f"labels must lie in [0, {num_classes}), found [{low}, {top}]")
     if tokens and not all(0 <= int(x.min()) and int(x.max()) < num_classes for x in (x_train, x_test)):
         raise fail(f"token ids must lie in [0, {num_classes}) (the vocabulary is the classes)")
+    vocabulary = tuple(str(v) for v in arrays.vocabulary) if sequence_labels and arrays.vocabulary else ()
+    if sequence_labels:
+        v = len(vocabulary)
+        if not all(v and 0 <= int(x.min()) and int(x.max()) < v for x in (x_train, x_test)):
+            raise fail(f"token ids must lie in [0, {v}) (the vocabulary's size)")
+        if arrays.padding is None or not 0 <= int(arrays.padding) < v:
+            raise fail(f"the padding id must be a token id in [0, {v}), got {arrays.padding}")
     channels = int(x_train.shape[1])
-    if tokens:
+    if tokens or sequence_labels:
         mean, std = (0.0,), (1.0,)  # token ids reach the model as they are
         channels = 1
     else:
@@ -124,7 +134,8 @@ def assemble(name: str, arrays: Arrays, features: bool = False, tokens: bool = F
         _labels(arrays.groups, "groups", len(x_train), fail))
     return ImageDataset(name=name, x_train=x_train, y_train=torch.from_numpy(y_train),
                         x_test=x_test, y_test=torch.from_numpy(y_test), num_classes=num_classes, classes=classes,
-                        mean=mean, std=std, extra=dict(arrays.extra), groups=groups)
+                        mean=mean, std=std, extra=dict(arrays.extra), groups=groups, vocabulary=vocabulary,
+                        padding=int(arrays.padding) if sequence_labels else None)
 
 
 def _as_tensor(x: Any) -> torch.Tensor:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from p2pfl.capabilities import FEATURES, TOKENS
+from p2pfl.capabilities import FEATURES, SEQUENCE_LABELS, TOKENS
 from p2pfl.options import Check
 from p2pfl.registry import Component, Registry
 
@@ -40,6 +40,10 @@ class ImageDataset:
     extra: dict = field(default_factory=dict)
     #: Each training sample's natural group (a LEAF user), int64 0..G−1, for --partition natural; None: none.
     groups: torch.Tensor | None = None
+    #: Token sequences with one label each (capability SEQUENCE_LABELS): the tokens' names (the model's embedding
+    #: is built for them) and the id that pads a sequence to the common length T; () and None otherwise.
+    vocabulary: tuple[str, ...] = ()
+    padding: int | None = None
 
     @property
     def features(self) -> bool:
@@ -47,21 +51,29 @@ class ImageDataset:
         return self.x_train.dim() == 2 and self.x_train.is_floating_point()
 
     @property
+    def sequence_labels(self) -> bool:
+        """Whether it holds token sequences with one label each (capability SEQUENCE_LABELS: classify a sequence)."""
+        return bool(self.vocabulary)
+
+    @property
     def tokens(self) -> bool:
-        """Whether it holds token sequences N×T (int64 ids of a vocabulary of num_classes; capability TOKENS)."""
-        return self.x_train.dim() == 2 and self.x_train.dtype == torch.int64
+        """Whether it holds token sequences N×T for next-token prediction (int64 ids of a vocabulary of
+        num_classes; capability TOKENS)."""
+        return self.x_train.dim() == 2 and self.x_train.dtype == torch.int64 and not self.sequence_labels
 
     @property
     def channels(self) -> int:
         """Number of image channels (1 or 3); of features F for feature vectors (F channels of one pixel); the
         vocabulary's size for token sequences (a model's embedding is built from it)."""
+        if self.sequence_labels:
+            return len(self.vocabulary)
         return self.num_classes if self.tokens else int(self.x_train.shape[1])
 
     @property
     def image_size(self) -> int:
         """Image height (the images are square for every dataset here); 1 for feature vectors; the sequence
         length T for token sequences."""
-        if self.tokens:
+        if self.tokens or self.sequence_labels:
             return int(self.x_train.shape[1])
         return 1 if self.features else int(self.x_train.shape[2])
 
@@ -77,7 +89,9 @@ class Arrays:
     [0, 1] (stored rounded to uint8, as every dataset's); or, from a dataset with the capability FEATURES, feature
     vectors N×F (stored float32, given to the model as they are: the dataset standardises them); or, from a
     dataset with the capability TOKENS, token sequences N×T (int64 ids in [0, num_classes): the vocabulary is the
-    classes, the label of a sequence its last token); labels: integers in [0, num_classes)."""
+    classes, the label of a sequence its last token); or, from a dataset with the capability SEQUENCE_LABELS, token
+    sequences N×T (int64 ids in [0, len(vocabulary)), padded with `padding`) with one label each; labels: integers
+    in [0, num_classes)."""
 
     x_train: Any
     y_train: Any
@@ -95,6 +109,9 @@ class Arrays:
     extra: dict = field(default_factory=dict)
     #: Each training sample's natural group (its LEAF user), integers 0..G−1; None: the data has none.
     groups: Any = None
+    #: SEQUENCE_LABELS: the tokens' names (ids 0..V−1) and the padding id; None for every other dataset.
+    vocabulary: Sequence[str] | None = None
+    padding: int | None = None
 
 
 #: A dataset's capability: generated data that stands in for any dataset a task names (tests of FedMuscle's tasks
@@ -132,22 +149,25 @@ class Dataset(Component):
 
     @classmethod
     def check(cls, cfg: Any, check: Check) -> None:
-        """A dataset of feature vectors (capability FEATURES) or token sequences (TOKENS) runs with a method and a
-        model that take them, and without image options; one of neither with no model of token ids (TOKENS)."""
+        """A dataset of feature vectors (capability FEATURES), token sequences (TOKENS) or labelled token sequences
+        (SEQUENCE_LABELS) runs with a method and a model that take them, and without image options; one of
+        neither with no model of token ids."""
         from p2pfl.models.encoders import MODELS
         from p2pfl.options import catalogue
 
-        kind = next((k for k in (FEATURES, TOKENS) if k in cls.capabilities), None)
+        kind = next((k for k in (FEATURES, TOKENS, SEQUENCE_LABELS) if k in cls.capabilities), None)
         if kind is None:
             model = MODELS.selected(cfg)
+            texts = [n + ":PATH" for n in DATASETS.names() if {TOKENS, SEQUENCE_LABELS} & DATASETS.get(n).capabilities]
             check(model is None or TOKENS not in model.capabilities, "model",
-                  f"{cfg.model} takes token ids; --dataset {cfg.dataset} gives none (use "
-                  f"{' or '.join(n + ':PATH' for n in DATASETS.capable(TOKENS))})")
+                  f"{cfg.model} takes token ids; --dataset {cfg.dataset} gives none (use {' or '.join(texts)})")
             return
 
         argument = getattr(cls, "argument", None)
         what, trains, takes = {FEATURES: ("feature vectors", "trains on images only", "takes images"),
-                               TOKENS: ("token sequences", "predicts no next token", "takes no token ids")}[kind]
+                               TOKENS: ("token sequences", "predicts no next token", "takes no token ids"),
+                               SEQUENCE_LABELS: ("token sequences with one label each", "classifies no sequence",
+                                                 "classifies no token sequence")}[kind]
         given = f"--dataset {cls.name}{':' + argument if argument else ''} gives {what}"
         method = catalogue().get(cfg.algorithm, cfg)
         check(method.can(kind), "algorithm", f"{cfg.algorithm} {trains} ({method.why_not(kind)}); {given}")
