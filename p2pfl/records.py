@@ -519,12 +519,15 @@ class DatasetInfo(_Dataset, total=False):
     categorical: dict[str, list[str]]  # csv: column -> its categories in the training rows (the one-hot order)
     unseen_categories: dict[str, int]  # csv: column -> test rows whose category no training row has (all zeros)
     impute: str  # csv: what a missing feature value became (none: refused)
-    vocabulary: str  # leaf: the training text's characters, sorted: token ids 0..V-2 (V-1 the unknown token)
-    unknown_token: str  # leaf: the unknown token's class name, "<unk>"
-    unknown_test_characters: int  # leaf: test characters no training text has (read as the unknown token)
+    vocabulary: str  # leaf:, sent140: the training text's characters, sorted: token ids 0..; then the unknown token
+    unknown_token: str  # leaf:, sent140: the unknown token's name, "<unk>"
+    unknown_test_characters: int  # leaf:, sent140: test characters no training text has (read as the unknown token)
     sequence_length: int  # leaf: T + 1 tokens a sample (x, then y)
-    users: list[str]  # leaf: the training users, in the order read (their numbers: the natural groups)
-    user_samples: list[int]  # leaf: each user's training samples
+    padding_token: str  # sent140: the padding token's name, "<pad>" (the last id)
+    max_length: int  # sent140: --max-length, the tokens of a sequence (a text cut or padded to it)
+    cut_texts: int  # sent140: train and test texts longer than --max-length (cut)
+    users: list[str]  # leaf:, femnist:, sent140: the training users, in the order read (the natural groups)
+    user_samples: list[int]  # leaf:, femnist:, sent140: each user's training samples
     natural_column: str  # csv: --natural-column, the column of the rows' natural groups
     natural_groups: list[str]  # csv: its values, in the order of their numbers (the groups)
 

@@ -1,4 +1,5 @@
-"""What the datasets read from a researcher's own files share (``npz:PATH``, ``folder:PATH``, ``csv:PATH``): their
+"""What the datasets read from a researcher's own files share (``npz:PATH``, ``folder:PATH``, ``csv:PATH``, LEAF's
+``leaf:PATH``, ``femnist:PATH`` and ``sent140:PATH``): their
 options, the
 checks of the arrays they read, the held-out test split, and the manifest's entries (source, digest, statistics).
 
@@ -24,16 +25,16 @@ from topologies.streams import MAX_SEED, SHARED, numpy_rng
 CHANNELS = (1, 3, 4)
 
 
-@method_options("dataset: npz, folder, csv, leaf")
+@method_options("dataset: npz, folder, csv, leaf, femnist, sent140")
 class OwnFilesOptions:
     """The options of the datasets read from one's own files."""
 
-    test_split: float | None = opt(None, "npz:/folder:/csv:/leaf: without a test set of their own, the fraction of the "
-                                         "images (rows) held out to test (drawn by --split-seed)", section="data",
-                                   bounds="(0, 1)")
-    split_seed: int = opt(0, "npz:/folder:/csv:/leaf: seed of --test-split's draw (fixed by default: the same test "
-                             "images for every --seed, as a file's own test set is)", section="data",
-                          bounds=f"[0, {MAX_SEED}]")
+    test_split: float | None = opt(None, "npz:/folder:/csv:/leaf:/femnist:/sent140: without a test set of their "
+                                         "own, the fraction of the images (rows) held out to test (drawn by "
+                                         "--split-seed)", section="data", bounds="(0, 1)")
+    split_seed: int = opt(0, "npz:/folder:/csv:/leaf:/femnist:/sent140: seed of --test-split's draw (fixed by "
+                             "default: the same test images for every --seed, as a file's own test set is)",
+                          section="data", bounds=f"[0, {MAX_SEED}]")
     image_size: int = opt(32, "folder: the side every image is resized to (square)", section="data",
                           bounds=">= 4 pixels")
     label_column: str | None = opt(None, "csv: the column holding the labels (default: the last)", section="data")
@@ -41,6 +42,8 @@ class OwnFilesOptions:
                                            "hospital) for --partition natural; it is no feature", section="data")
     impute: str = opt("none", "csv: a missing feature value is refused (none) or takes the training rows' mean, a "
                               "missing category no one-hot entry (mean)", ("none", "mean"), section="data")
+    max_length: int = opt(80, "sent140: the characters of a text kept: a longer one is cut, a shorter one padded",
+                          section="data", bounds=">= 2")
 
 
 class OwnFiles(Dataset):
