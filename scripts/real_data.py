@@ -46,6 +46,11 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "npz-shard": ("digits32.npz", dict(partition="shard", shards_per_peer=2)),
     "npz-pathological": ("digits32.npz", dict(partition="pathological", classes_per_peer=2)),
     "folder-shard": ("digits", dict(partition="shard", shards_per_peer=2, image_size=32)),
+    "npz-dirichlet": ("digits32.npz", dict(partition="dirichlet", alpha=0.1)),
+    "npz-skew": ("digits32.npz", dict(partition="skew", beta=0.5)),
+    "npz-one-class": ("digits32.npz", dict(partition="one-class")),
+    "npz-inner-dirichlet": ("digits32.npz", dict(partition="inner-dirichlet", alpha=0.1)),
+    "npz-quantity": ("digits32.npz", dict(partition="quantity", quantity_exponent=1.0)),
     "npz8-iid": ("digits.npz", dict(partition="iid", model="resnet-small")),
 }
 SIDE = 32  # the side the 32-pixel runs use (simple-cnn needs at least 16 pixels)
