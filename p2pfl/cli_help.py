@@ -16,6 +16,7 @@ from typing import Any
 from p2pfl import config
 from p2pfl.options import bounds, catalogue
 from p2pfl.options import sections as registered
+from p2pfl.registry import options_class
 from p2pfl.shown import shown
 
 #: Width of the wrapped text of `--help TOPIC` (the short page is one line per option, never wrapped).
@@ -148,7 +149,7 @@ def _component(cls: type, own: dict[str, Any]) -> list[str]:
         lines.append(f"      capabilities: {', '.join(sorted(cls.capabilities))}")
     if getattr(cls, "paper", None):
         lines.append(f"      paper: {cls.paper}")
-    options = getattr(cls, "Options", None)
+    options = options_class(cls)  # its own and its bases' (hf: shows --test-split too)
     for f in dataclasses.fields(options) if options is not None else ():
         lines += _full(f, own, indent="      ")
     return lines

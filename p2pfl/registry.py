@@ -23,6 +23,7 @@ This module imports nothing heavy (no torch): the configuration reads the regist
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import pkgutil
 from collections.abc import Callable, Iterator
@@ -221,11 +222,30 @@ KIND_MODULES = (
 
 def options_of(cls: type, cfg: Any) -> Any:
     """The `Options` of component `cls` as the run's configuration `cfg` holds them (their defaults when `cfg` is
-    None); None for a component that declares none."""
-    own = getattr(cls, "Options", None)
-    if own is None or cfg is None:
-        return None if own is None else own()
-    return own(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(own)})
+    None); None for a component that declares none. A component whose base declares a section of options too (hf:
+    over the own-files datasets' --test-split) gets one object holding its own section's options and its bases'."""
+    merged = options_class(cls)
+    if merged is None or cfg is None:
+        return None if merged is None else merged()
+    return merged(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(merged)})
+
+
+def options_class(cls: type) -> type | None:
+    """The class of `options_of(cls, ...)`: its `Options`, with its bases' sections when they declare some too."""
+    if getattr(cls, "Options", None) is None:
+        return None
+    return _merged_options(tuple(dict.fromkeys(c.__dict__["Options"] for c in cls.__mro__
+                                               if c.__dict__.get("Options") is not None)))
+
+
+@functools.cache
+def _merged_options(sections: tuple[type, ...]) -> type:
+    """The sections as one frozen dataclass (the first when alone; else a class deriving from all of them, which is
+    no section of its own: each keeps its fields, flags and --help group)."""
+    if len(sections) == 1:
+        return sections[0]
+    name = "+".join(s.__name__ for s in sections)
+    return dataclasses.make_dataclass(name, [], bases=sections, frozen=True)
 
 
 def load_all() -> None:
