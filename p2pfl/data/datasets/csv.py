@@ -50,6 +50,28 @@ def number(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def standardised(a: np.ndarray, train: np.ndarray, missing: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """A numeric column (float64, a value per row) standardised with the mean and population std of its training
+    rows' values, as N×1 (a missing value takes the mean, so 0; a constant column becomes 0), and that mean and
+    std: how a tabular dataset's numbers become features."""
+    seen = a[train][~missing[train]]
+    mean, std = float(seen.mean()), float(seen.std())
+    a = np.where(missing, mean, a)
+    return ((a - mean) / (std if std > 0 else 1.0))[:, None], mean, std
+
+
+def one_hot(values: list[str], train: np.ndarray, missing: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """A categorical column one-hot encoded over its training rows' categories in sorted order, as N×K float64 (a
+    missing value, or a category no training row has, gets all zeros), and those categories."""
+    cats = sorted({values[i] for i in train if not missing[i]})
+    where = {c: k for k, c in enumerate(cats)}
+    onehot = np.zeros((len(values), len(cats)), dtype=np.float64)
+    for i, v in enumerate(values):
+        if v in where and not missing[i]:
+            onehot[i, where[v]] = 1.0
+    return onehot, cats
+
+
 @DATASETS.register("csv", argument="PATH")
 class Csv(OwnFiles):
     """Rows of a CSV file with a header: numeric columns standardised, categorical ones one-hot encoded."""
@@ -84,10 +106,8 @@ class Csv(OwnFiles):
             is_number = np.array([n is not None for n in numbers]) & ~missing
             if is_number[~missing].all():
                 a = np.array([math.nan if n is None else n for n in numbers], dtype=np.float64)
-                seen = a[train][~missing[train]]
-                mean, std = float(seen.mean()), float(seen.std())
-                a[missing] = mean
-                columns.append(((a - mean) / (std if std > 0 else 1.0))[:, None])
+                column, mean, std = standardised(a, train, missing)
+                columns.append(column)
                 numeric[name] = [mean, std]
             elif is_number.any():
                 rare = is_number if is_number.sum() * 2 <= (~missing).sum() else ~is_number & ~missing
@@ -95,15 +115,11 @@ class Csv(OwnFiles):
                 raise self.fail(f"column '{name}' mixes numbers and text (line {lines[at]}: '{values[at]}'); a "
                                 "feature column is all numbers (standardised) or all text (one-hot)")
             else:
-                cats = sorted({values[i] for i in train if not missing[i]})
-                where = {c: k for k, c in enumerate(cats)}
-                onehot = np.zeros((len(rows), len(cats)), dtype=np.float64)
-                for i, v in enumerate(values):
-                    if v in where and not missing[i]:
-                        onehot[i, where[v]] = 1.0
+                onehot, cats = one_hot(values, train, missing)
                 columns.append(onehot)
                 categorical[name] = cats
-                new = sum(1 for i in test if not missing[i] and values[i] not in where)
+                known = set(cats)
+                new = sum(1 for i in test if not missing[i] and values[i] not in known)
                 if new:
                     unseen[name] = new
         if not columns:

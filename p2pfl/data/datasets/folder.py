@@ -119,21 +119,21 @@ class Folder(OwnFiles):
         for tree, files in trees.items():
             x = np.empty((len(files), size, size, 1 if grey else 3), dtype=np.uint8)
             for k, (_, f) in enumerate(files):  # image decoding has no batched form; done once, then cached
-                x[k] = np.asarray(self.image(f, "L" if grey else "RGB", size)).reshape(size, size, -1)
+                x[k] = self.image(f, "L" if grey else "RGB", size)
             out[f"x_{tree}"] = x.transpose(0, 3, 1, 2).copy()
             out[f"y_{tree}"] = np.array([label for label, _ in files], dtype=np.int64)
         return out
 
     def image(self, f: Path, mode: str | None, size: int) -> Any:
-        """The image at `f` in `mode`, resized to size × size (only its header read when `mode` is None); one line
-        naming the file when Pillow cannot read it."""
+        """The image at `f` in `mode`, resized to size × size as uint8 size×size×C (`resized`; only its header read,
+        the image returned, when `mode` is None); one line naming the file when Pillow cannot read it."""
         from PIL import Image
 
         try:
             with Image.open(f) as im:
                 if mode is None:
                     return im
-                return im.convert(mode).resize((size, size), Image.Resampling.BILINEAR)
+                return resized(im, mode, size)
         except (OSError, ValueError, Image.DecompressionBombError) as e:
             where = f.relative_to(self.located()) if f.is_relative_to(self.located()) else f
             raise self.fail(f"{where} is not an image Pillow can read ({' '.join(str(e).split())})") from None
@@ -143,3 +143,11 @@ def images(folder: Path) -> list[Path]:
     """The image files below `folder`, sorted by path (hidden files and folders skipped)."""
     return sorted(f for f in folder.rglob("*") if f.suffix.lower() in SUFFIXES and f.is_file()
                   and not any(part.startswith(".") for part in f.relative_to(folder).parts))
+
+
+def resized(im: Any, mode: str, size: int) -> np.ndarray:
+    """A Pillow image converted to `mode` ("L" or "RGB") and stretched to size × size (bilinear; one of that size
+    already is kept as it is), as uint8 size×size×C: how every dataset of images of any size resizes them."""
+    from PIL import Image
+
+    return np.asarray(im.convert(mode).resize((size, size), Image.Resampling.BILINEAR)).reshape(size, size, -1)

@@ -42,16 +42,9 @@ class Leaf(LeafFiles):
         if len(lengths) != 1:
             raise self.fail(f"samples have {len(lengths)} different lengths ({', '.join(map(str, sorted(lengths)[:4]))}"
                             " characters, x then y): LEAF's Shakespeare gives every x the same length")
-        chars = sorted(set("".join(texts)))
-        vocabulary = (*chars, UNKNOWN)
-        ids = {c: i for i, c in enumerate(chars)}
-        unk = len(chars)
-        x_train = self.encode(texts, ids, unk)
-        x_test = self.encode(test_texts, ids, unk)
-        unseen = int((x_test == unk).sum())
+        x_train, x_test, vocabulary = characters(texts, test_texts)
         extra: dict[str, Any] = {
-            **self.record(), "vocabulary": "".join(chars), "unknown_token": UNKNOWN,
-            "unknown_test_characters": unseen, "sequence_length": int(x_train.shape[1]), "users": users,
+            **self.record(), **vocabulary_record(vocabulary, x_test), "users": users,
             "user_samples": np.bincount(groups, minlength=len(users)).tolist(),
             "digest": digest(x_train, groups, x_test)}
         return Arrays(x_train, x_train[:, -1].copy(), x_test, x_test[:, -1].copy(), num_classes=len(vocabulary),
@@ -67,7 +60,25 @@ class Leaf(LeafFiles):
             texts.append(xi + yi)
         return texts, [t[-1] for t in texts]
 
-    @staticmethod
-    def encode(texts: list[str], ids: dict[str, int], unk: int) -> np.ndarray:
-        """Token ids N×T of equally long texts (characters without an id: the unknown token)."""
-        return np.array([[ids.get(c, unk) for c in t] for t in texts], dtype=np.int64).reshape(len(texts), -1)
+
+
+def characters(texts: list[str], test_texts: list[str]) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    """Equally long texts as token ids for next-character prediction (each text one sample, its last character the
+    label): the training and test ids N×T and the vocabulary, the training texts' characters sorted by code point
+    (ids 0..V−2), then `UNKNOWN` (id V−1), which a test character no training text has becomes."""
+    chars = sorted(set("".join(texts)))
+    ids = {c: i for i, c in enumerate(chars)}
+    unk = len(chars)
+
+    def encode(t: list[str]) -> np.ndarray:
+        return np.array([[ids.get(c, unk) for c in s] for s in t], dtype=np.int64).reshape(len(t), -1)
+
+    return encode(texts), encode(test_texts), (*chars, UNKNOWN)
+
+
+def vocabulary_record(vocabulary: tuple[str, ...], x_test: np.ndarray) -> dict[str, Any]:
+    """The manifest's entries of a `characters` vocabulary: its characters, the unknown token, how many test
+    characters it stands for, the sequence length."""
+    return {"vocabulary": "".join(vocabulary[:-1]), "unknown_token": UNKNOWN,
+            "unknown_test_characters": int((x_test == len(vocabulary) - 1).sum()),
+            "sequence_length": int(x_test.shape[1])}
