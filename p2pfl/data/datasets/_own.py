@@ -1,7 +1,6 @@
-"""What the datasets read from a researcher's own files share (``npz:PATH``, ``folder:PATH``, ``csv:PATH``, LEAF's
-``leaf:PATH``, ``femnist:PATH`` and ``sent140:PATH``): their
-options, the
-checks of the arrays they read, the held-out test split, and the manifest's entries (source, digest, statistics).
+"""What the datasets read from a researcher's own files share (``npz:PATH``, ``folder:PATH``, ``csv:PATH``,
+LEAF's ``leaf:PATH``, ``femnist:PATH`` and ``sent140:PATH``, ``hf:PATH``): their options, the checks of the arrays
+they read, the held-out test split, and the manifest's entries (source, digest, statistics).
 
 Images arrive as numpy arrays N×H×W (grey), N×H×W×C or N×C×H×W, uint8 or float in [0, 1]; the layout is told
 apart by squareness: N×C×H×W when axes 2 and 3 are equal and axis 1 has 1, 3 or 4 entries, else N×H×W×C when
@@ -29,13 +28,12 @@ CHANNELS = (1, 3, 4)
 class OwnFilesOptions:
     """The options of the datasets read from one's own files."""
 
-    test_split: float | None = opt(None, "npz:/folder:/csv:/leaf:/femnist:/sent140: without a test set of their "
-                                         "own, the fraction of the images (rows) held out to test (drawn by "
-                                         "--split-seed)", section="data", bounds="(0, 1)")
-    split_seed: int = opt(0, "npz:/folder:/csv:/leaf:/femnist:/sent140: seed of --test-split's draw (fixed by "
-                             "default: the same test images for every --seed, as a file's own test set is)",
-                          section="data", bounds=f"[0, {MAX_SEED}]")
-    image_size: int = opt(32, "folder: the side every image is resized to (square)", section="data",
+    test_split: float | None = opt(None, "a dataset of one's own files without a test set of its own (npz:, folder:, "
+                                         "csv:, leaf:, femnist:, sent140:, hf:): the fraction of the samples held out "
+                                         "to test (drawn by --split-seed)", section="data", bounds="(0, 1)")
+    split_seed: int = opt(0, "seed of --test-split's draw (fixed by default: the same test samples for every --seed, "
+                             "as a file's own test set is)", section="data", bounds=f"[0, {MAX_SEED}]")
+    image_size: int = opt(32, "folder:/hf: the side every image is resized to (square)", section="data",
                           bounds=">= 4 pixels")
     label_column: str | None = opt(None, "csv: the column holding the labels (default: the last)", section="data")
     natural_column: str | None = opt(None, "csv: the column whose values are the rows' natural groups (a writer, a "
