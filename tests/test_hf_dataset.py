@@ -232,7 +232,7 @@ def test_the_configuration_refuses_what_does_not_fit(tmp_path: Path, monkeypatch
                                           r"vectors: use mlp$"):
         make_config(algorithm="fedavg", dataset=f"hf-table:{own}", model="simple-cnn")
     with pytest.raises(ConfigError, match=r"^--model: char-lstm takes token ids; --dataset hf:.* gives none \(use "
-                                          r"leaf:PATH or hf-text:PATH\)$"):
+                                          r"leaf:PATH or hf-text:PATH or sent140:PATH\)$"):
         make_config(algorithm="fedavg", dataset=f"hf:{own}", model="char-lstm")
     assert "hf-text" in DATASETS.capable(TOKENS) and "hf-table" in DATASETS.capable(FEATURES)
     monkeypatch.setitem(sys.modules, "datasets", None)  # as if it were not installed

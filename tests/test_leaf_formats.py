@@ -210,7 +210,7 @@ def test_the_configuration_refuses_what_cannot_classify_a_sequence(tmp_path: Pat
                                           r"char-transformer$"):
         make_config(algorithm="fedavg", model="mlp", dataset=dataset)
     with pytest.raises(ConfigError, match=r"^--model: char-lstm takes token ids; --dataset femnist:.* gives none "
-                                          r"\(use leaf:PATH or sent140:PATH\)$"):
+                                          r"\(use leaf:PATH or hf-text:PATH or sent140:PATH\)$"):
         make_config(algorithm="fedavg", model="char-lstm", dataset=f"femnist:{root}")
     with pytest.raises(PretrainError, match=r"^--dataset sent140:.*: gives token sequences, not images"):
         image_dataset(dataset)
