@@ -154,7 +154,7 @@ def test_plots_above_the_threshold_draw_no_layout(runs: dict[str, dict[str, Path
     summ = {p.name for p in plot_run(runs[case]["summary"], tmp_path / "summary")}
     assert summ == {"metrics.png", "metrics_bytes.png", "consensus.png", "topology.png"} | (
         {"metrics_time.png"} if case == "quadratic" else set())
-    assert "per_peer.png and per_peer_degree.png not drawn" in capsys.readouterr().out
+    assert "per_peer.png and per_peer_degree.png not drawn" in capsys.readouterr().err
     full = {p.name for p in plot_run(runs[case]["full"], tmp_path / "full")}
     assert summ | {"per_peer.png", "per_peer_degree.png"} == full
     if case == "quadratic":  # the training loss's band comes from the summaries
