@@ -1,0 +1,129 @@
+"""The privacy-utility-topology study's table and figure: per topology and mechanism, the network average's test
+accuracy, the mechanism's own ε and the curious peers' membership-inference AUC, each as a mean and 95%
+t-interval over seeds (docs/studies/privacy-utility-topology-cpu.md).
+
+    python -m analysis.privacy_study studies/privacy-utility-topology-cpu \
+        --out docs/studies/privacy-utility-topology-cpu
+
+ε is each mechanism's own accountant's: DP-SGD's largest per-peer ε (RDP, the last round's record), Muffliato's
+pairwise network-DP ε averaged over pairs, Decor's largest per-peer SecLDP ε; runs without a mechanism have none.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from .style import colour, new_figure, save, styled
+
+AXES = ("topology", "mechanism")
+
+
+def _epsilon(run: Path, summary: dict[str, Any]) -> float | None:
+    """The run's ε by its mechanism's own accountant (None: no mechanism)."""
+    if "muffliato_eps_mean" in summary:
+        return float(summary["muffliato_eps_mean"])
+    if "decor_eps_max" in summary:
+        return float(summary["decor_eps_max"])
+    last = None
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record.get("type") == "round" and "dp_epsilon" in record:
+            last = record
+    return None if last is None else float(max(last["dp_epsilon"].values()))
+
+
+def _interval(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% t-interval (nan below two values)."""
+    from scipy import stats
+
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, math.nan
+    return mean, float(stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values)))
+
+
+def rows(study: Path) -> list[dict[str, Any]]:
+    """One row per (topology, mechanism): the three numbers' means and intervals, in the plan's order."""
+    plan = json.loads((study / "plan.json").read_text())
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for point in plan["points"]:
+        run = study / "runs" / point["name"]
+        if not (run / "summary.json").exists():
+            continue
+        summary = json.loads((run / "summary.json").read_text())
+        final = summary["final"]
+        key = (str(point["axes"]["topology"]), str(point["axes"]["mechanism"]))
+        groups[key].append({"acc": final["test_acc_avg"], "peers": final["test_acc_peer_mean"],
+                            "auc": final.get("curious_mia_auc_peer_mean"), "eps": _epsilon(run, summary)})
+    out = []
+    for (topology, mechanism), runs in groups.items():
+        row: dict[str, Any] = {"topology": topology, "mechanism": mechanism, "seeds": len(runs)}
+        for name, field in (("test_acc_avg", "acc"), ("test_acc_peer_mean", "peers"), ("mia_auc", "auc"),
+                            ("epsilon", "eps")):
+            values = [r[field] for r in runs if r[field] is not None]
+            row[name], row[name + "_ci"] = _interval(values) if values else (math.nan, math.nan)
+        out.append(row)
+    return out
+
+
+@styled
+def figure(table: list[dict[str, Any]], path: Path) -> Path:
+    """Three panels (accuracy, ε, MIA AUC), mechanisms on the x axis, one bar per topology with its interval."""
+    topologies = list(dict.fromkeys(r["topology"] for r in table))
+    mechanisms = list(dict.fromkeys(r["mechanism"] for r in table))
+    fig = new_figure(12, 3.8)
+    panels = (("test_acc_avg", "test accuracy, network average"),
+              ("epsilon", "ε (the mechanism's accountant, δ = 1e-5)"),
+              ("mia_auc", "membership-inference AUC (0.5: no leak seen)"))
+    width = 0.8 / len(topologies)
+    for i, (field, label) in enumerate(panels):
+        ax = fig.add_subplot(1, 3, i + 1)
+        for j, topology in enumerate(topologies):
+            by = {r["mechanism"]: r for r in table if r["topology"] == topology}
+            xs = [k + (j - (len(topologies) - 1) / 2) * width for k in range(len(mechanisms))]
+            ys = [by[m][field] if m in by else math.nan for m in mechanisms]
+            err = [by[m][field + "_ci"] if m in by else math.nan for m in mechanisms]
+            heights = [0 if math.isnan(y) else y for y in ys]
+            err = [0 if math.isnan(e) else e for e in err]
+            ax.bar(xs, heights, width, yerr=[[min(e, h) for e, h in zip(err, heights)], err],  # clipped at 0
+                   color=colour(j), label=topology, capsize=2)
+        if field == "mia_auc":
+            ax.axhline(0.5, color="grey", linestyle="--", linewidth=1)
+            ax.set_ylim(0.4, 0.65)
+        ax.set_xticks(range(len(mechanisms)), mechanisms, rotation=20)
+        ax.set_ylabel(label)
+        if i == 0:
+            ax.legend(title="topology")
+    fig.tight_layout()
+    return save(fig, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("study", type=Path)
+    ap.add_argument("--out", type=Path, required=True, help="file stem: STEM.csv and STEM.png are written")
+    args = ap.parse_args(argv)
+    table = rows(args.study)
+    if not table:
+        print(f"analysis.privacy_study: {args.study}: no finished runs")
+        return 1
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out.with_suffix(".csv"), "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+    figure(table, args.out.with_suffix(".png"))
+    for r in table:
+        print(f"{r['topology']:>11} {r['mechanism']:>12}  acc {r['test_acc_avg']:.3f} ± {r['test_acc_avg_ci']:.3f}"
+              f"  eps {r['epsilon']:.3g}  auc {r['mia_auc']:.3f} ± {r['mia_auc_ci']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""Reconstruction of local updates from D-PSGD (El Mrini, Cyffers, Bellet, "Privacy Attacks in Decentralized
+Learning", ICML 2024, §4): colluding curious peers know W and every message their neighbours send them. Under
+`--gossip average` a round is x(t) = W_t m(t), where the message peer j sends is m_j(t) = x_j(t−1) + Δ_j(t) and
+Δ_j(t) = −η g_j(t) is its local update (the gradients of the quadratic method's linear least-squares model, or any
+other). So m(t) = C_t z is a known linear function of the unknowns z = (x(0), Δ(1), …, Δ(R)) (K(R + 1) of them):
+C_1 = [I, I, 0, …], C_{t+1} = W_t C_t + E_{t+1} (E_s selects Δ(s)). The knowledge matrix stacks the curious peers'
+own initial values and updates (unit rows) and, for every message a curious peer received, its row C_t[j];
+Δ_v(s) is identifiable exactly when e_(s, v) lies in its row space, and the minimum-norm least-squares solution
+(`knowledge_solve`, shared with the consensus attack) is then Δ_v(s).
+
+The unknowns are bounded: the attack follows the first `--curious-rounds` rounds (R) and refuses
+K(R + 1) > MAX_UNKNOWNS. Each evaluation records, over the non-curious peers and the followed rounds in which the
+peer sent (`curious_dpsgd_` + …): `identifiable` and `reconstructed` (peers whose every update so far is
+identifiable / within --curious-tolerance), `reconstructed_non_neighbours`, `updates_identifiable` and
+`updates_reconstructed` (pairs (peer, round)) and `knowledge_rank`; per peer, `curious_dpsgd_error`, the largest
+relative error of its updates. The truth the attack is scored against (never used to solve) is each sender's message
+minus its model before the round, as every rank sees them; rank 0 holds the system.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from p2pfl.capabilities import GIVES_GRADIENTS, MIXES_BY_W
+from p2pfl.curious import CURIOUS, CuriousAttack, Inbox
+from p2pfl.curious.reconstruction import IN_ROW_SPACE, Reconstruction, knowledge_solve, mixing
+from p2pfl.network import RoundNetwork
+from p2pfl.options import Check, catalogue, opt
+
+#: The columns of the knowledge matrix the attack accepts: K · (--curious-rounds + 1).
+MAX_UNKNOWNS = 8192
+
+
+@CURIOUS.register("reconstruction-dpsgd")
+class DpsgdReconstruction(Reconstruction):
+    """The curious peers reconstruct the local updates of D-PSGD (`--gossip average`) from the messages they get."""
+
+    paper = "El Mrini, Cyffers, Bellet, ICML 2024"
+    prefix = "curious_dpsgd_"
+
+    class Options:
+        curious_rounds: int = opt(10, "reconstruction-dpsgd: the rounds whose updates the attack follows (its "
+                                      "unknowns: the peers' initial values and updates of these rounds)",
+                                  section="curious", bounds=">= 1")
+
+    @classmethod
+    def check_method(cls, cfg: Any, check: Check) -> None:
+        """The messages carry local updates: a method that mixes by W and hands the scheme gradients."""
+        method = catalogue().get(cfg.algorithm, cfg)
+        check(method.can(MIXES_BY_W) and method.can(GIVES_GRADIENTS), "curious_attack",
+              f"reconstruction-dpsgd reads D-PSGD (a method that mixes by W and takes gradient steps), "
+              f"not {cfg.algorithm}")
+
+    @classmethod
+    def check_resolved(cls, cfg: Any, check: Check) -> None:
+        super(Reconstruction, cls).check_resolved(cfg, check)  # the base's: not the consensus attack's K × K bound
+        if cfg.curious is not None:
+            unknowns = cfg.peers * (cfg.curious_rounds + 1)
+            check(unknowns <= MAX_UNKNOWNS, "curious_rounds",
+                  f"reconstruction-dpsgd solves for peers × (rounds + 1) = {unknowns} unknowns: at most "
+                  f"{MAX_UNKNOWNS}")
+
+    def __init__(self, ctx: Any, algorithm: Any, curious: frozenset[int], options: Any) -> None:
+        CuriousAttack.__init__(self, ctx, algorithm, curious, options)
+        n, rounds = ctx.n_peers, options.curious_rounds
+        self.seen: dict[tuple[int, int], np.ndarray] = {}  # (round, sender) -> its message, kept coordinates
+        self.before: dict[tuple[int, int], np.ndarray] = {}  # (round, local peer) -> its model before the round
+        self.done = 0  # the last round whose messages the system holds
+        self.truth: dict[tuple[int, int], np.ndarray] = {}  # (round, sender) -> Δ (rank 0; to score only)
+        self.state = np.eye(n, n * (rounds + 1))  # coefficients of x(done) in the unknowns
+        vectors = algorithm.consensus_vectors() or {}
+        parts = ctx.world.gather({p: self._kept(v) for p, v in vectors.items() if p in curious})
+        own = sorted(curious)  # the curious peers' own initial values
+        self.m = np.eye(n, n * (rounds + 1))[own]
+        self.y = np.stack([next(part[a] for part in parts if a in part) for a in own]) if parts is not None else None
+        neighbours = {q for a in curious for q in ctx.graph.neighbors(a)} - curious
+        self.targets = [v for v in range(n) if v not in curious]
+        self.far = [v for v in self.targets if v not in neighbours]
+
+    def _kept(self, v: Any) -> np.ndarray:
+        """The kept coordinates of a vector, in float64 on the CPU: a copy, never a view of a buffer the run reuses
+        (a model updated in place, a receive buffer of the transport)."""
+        return v.detach().reshape(-1)[:self.options.curious_coords].double().cpu().numpy().copy()
+
+    def observe(self, round: int, inbox: Inbox) -> None:
+        if round > self.options.curious_rounds:
+            return
+        for p, x in (self.algorithm.consensus_vectors() or {}).items():
+            self.before.setdefault((round, p), self._kept(x))
+        for receiver in sorted(inbox):  # every sender's message, to score; the curious receivers' ones to solve
+            for sender, message in inbox[receiver].items():
+                self.seen.setdefault((round, sender), self._kept(message))
+                if receiver in self.curious:
+                    self.seen.setdefault((-round, sender), self.seen[(round, sender)])
+
+    def evaluate(self, round: int, final: bool, net: RoundNetwork
+                 ) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
+        parts = self.ctx.world.gather((self.seen, self.before))
+        self.seen, self.before = {}, {}
+        if parts is None:
+            return {}, {}
+        seen = {key: v for part, _ in parts for key, v in part.items()}
+        before = {key: v for _, part in parts for key, v in part.items()}
+        n, k = self.ctx.n_peers, self.options.curious_coords
+        for (t, j), message in seen.items():
+            if t > 0:
+                self.truth[(t, j)] = message - before[(t, j)]
+        rows, values = [self.m], [self.y]
+        for t in range(self.done + 1, min(round, self.options.curious_rounds) + 1):
+            sent = self.state.copy()
+            sent[:, t * n:(t + 1) * n] += np.eye(n)
+            for a in sorted(self.curious):  # the curious peers know their own updates (0 when they sat out)
+                rows.append(np.eye(1, sent.shape[1], t * n + a))
+                values.append(self.truth.get((t, a), np.zeros(k))[None])
+            senders = sorted(j for (r, j) in seen if r == -t)
+            if senders:
+                rows.append(sent[senders])
+                values.append(np.stack([seen[(-t, j)] for j in senders]))
+            self.state = mixing(self.ctx.schedule.at(t)) @ sent
+            self.done = t
+        self.m, self.y, estimate, projected = knowledge_solve(np.concatenate(rows), np.concatenate(values))
+        return self._score(estimate, projected)
+
+    def _score(self, estimate: np.ndarray, projected: np.ndarray
+               ) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
+        """The counts over the non-curious peers' updates of the followed rounds in which they sent."""
+        n, tiny = self.ctx.n_peers, np.finfo(np.float64).tiny
+        known: dict[int, list[bool]] = {v: [] for v in self.targets}
+        won: dict[int, list[bool]] = {v: [] for v in self.targets}
+        worst: dict[int, float] = {}
+        for (t, v), delta in sorted(self.truth.items()):
+            if v in self.curious:
+                continue
+            column = t * n + v
+            error = float(np.linalg.norm(estimate[column] - delta) / max(float(np.linalg.norm(delta)), tiny))
+            known[v].append(bool(projected[column] >= IN_ROW_SPACE))
+            won[v].append(error <= self.options.curious_tolerance)
+            worst[v] = max(worst.get(v, 0.0), error)
+        every = {v for v in self.targets if won[v] and all(won[v])}
+        return {"curious_dpsgd_identifiable": float(sum(bool(known[v]) and all(known[v]) for v in self.targets)),
+                "curious_dpsgd_reconstructed": float(len(every)),
+                "curious_dpsgd_reconstructed_non_neighbours": float(len(every.intersection(self.far))),
+                "curious_dpsgd_updates_identifiable": float(sum(sum(known[v]) for v in self.targets)),
+                "curious_dpsgd_updates_reconstructed": float(sum(sum(won[v]) for v in self.targets)),
+                "curious_dpsgd_knowledge_rank": float(self.m.shape[0])}, \
+            {v: {"curious_dpsgd_error": worst[v]} for v in self.targets if v in worst}

@@ -1,0 +1,60 @@
+"""analysis.privacy_study and analysis.reconstruction_study read a study folder into their tables: each group's mean
+and t-interval over seeds, ε from each mechanism's own record, and the round each seed first reached its final count
+(against values computed here by hand)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from scipy import stats
+
+from analysis import privacy_study, reconstruction_study
+
+
+def _study(root: Path, points: list[tuple[dict, dict, dict, list[dict]]]) -> Path:
+    plan = {"points": []}
+    for i, (axes, options, summary, records) in enumerate(points):
+        name = f"p{i}"
+        plan["points"].append({"name": name, "axes": axes, "options": options})
+        run = root / "runs" / name
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps(summary))
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        (run / "manifest.json").write_text(json.dumps({"curious": {"peers": [0]}}))
+    (root / "plan.json").write_text(json.dumps(plan))
+    return root
+
+
+def _final(acc: float, auc: float) -> dict:
+    return {"test_acc_avg": acc, "test_acc_peer_mean": acc - 0.1, "curious_mia_auc_peer_mean": auc}
+
+
+def test_privacy_table_means_intervals_and_each_mechanisms_epsilon(tmp_path: Path) -> None:
+    dp = {"topology": "ring", "mechanism": "dp"}
+    muff = {"topology": "ring", "mechanism": "muffliato"}
+    rounds = [{"type": "round", "round": 1, "dp_epsilon": {"0": 0.5, "1": 0.7}},
+              {"type": "round", "round": 2, "dp_epsilon": {"0": 1.5, "1": 1.9}}]
+    study = _study(tmp_path, [(dp, {}, {"final": _final(0.2, 0.5)}, rounds),
+                              (dp, {}, {"final": _final(0.4, 0.6)}, rounds),
+                              (muff, {}, {"final": _final(0.3, 0.5), "muffliato_eps_mean": 2.5}, [])])
+    table = {r["mechanism"]: r for r in privacy_study.rows(study)}
+    half = stats.t.ppf(0.975, 1) * math.sqrt(((0.2 - 0.3) ** 2 + (0.4 - 0.3) ** 2) / 1) / math.sqrt(2)
+    assert math.isclose(table["dp"]["test_acc_avg"], 0.3) and math.isclose(table["dp"]["test_acc_avg_ci"], half)
+    assert table["dp"]["epsilon"] == 1.9  # the last round's largest peer
+    assert table["muffliato"]["epsilon"] == 2.5 and math.isnan(table["muffliato"]["test_acc_avg_ci"])
+    assert table["dp"]["seeds"] == 2
+
+
+def test_reconstruction_table_counts_and_first_round_of_the_final_count(tmp_path: Path) -> None:
+    axes = {"size": "n5", "curious": "one", "curious_placement": "degree"}
+
+    def evals(counts: list[int]) -> list[dict]:
+        return [{"type": "eval", "round": t + 1, "curious_reconstructed": c, "curious_reconstructed_non_neighbours": 1}
+                for t, c in enumerate(counts)]
+
+    study = _study(tmp_path, [(axes, {"peers": 5}, {}, evals([1, 2, 4, 4, 4])),
+                              (axes, {"peers": 5}, {}, evals([1, 1, 1, 3, 4]))])
+    (row,) = reconstruction_study.rows(reconstruction_study.curves(study))
+    assert row["reconstructed_after_1"] == 1 and row["reconstructed_after_3"] == 2.5
+    assert row["rounds_to_final"] == "3 5" and row["reconstructed_final"] == "4 4" and row["curious_peers"] == 1
