@@ -11,7 +11,16 @@ of its manifest record (topologies.records) are defined here and re-exported by 
 """
 from __future__ import annotations
 
-from topologies import from_file, generators  # noqa: F401  (register the builtins)
+from topologies import (  # noqa: F401  (register the builtins)
+    base_graph,
+    epidemic,
+    exponential,
+    from_file,
+    generators,
+    hypercube,
+    k_peer_exponential,
+    teleport,
+)
 from topologies.base import TopologyError, build, names, parse_params, register, registry
 from topologies.dynamic import DYNAMIC, Dynamic, Round, both_ways, dynamic_names, register_dynamic, topology_params
 from topologies.from_file import read_graph

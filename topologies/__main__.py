@@ -36,7 +36,7 @@ def table(name: str, mixing: str, stats: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, build the topology, print its statistics and write the PNG."""
-    parser = argparse.ArgumentParser(prog="python -m topologies", description=__doc__)
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m topologies", description=__doc__)
     parser.add_argument("name", help=f"one of: {', '.join(topologies.names())}")
     parser.add_argument("-n", type=int, required=True, help="number of peers K")
     parser.add_argument("--p", type=float, default=None, help="edge probability (random)")

@@ -6,7 +6,10 @@ undirected topology lists both directions) and its support, the undirected union
 which is what the exchange's communicator must connect. Adding one is a function and its ``@register_dynamic``
 line; its keyword parameters after (n, seed, t) are its own (given as ``--topology-params q=0.5``), and one
 registered with ``chooses_active=True`` returns a `Round`: the links and the peers that take part in round t
-(the others sit it out, as under churn)::
+(the others sit it out, as under churn); one registered with ``weighted=True`` gives each link its mixing weight as
+the edge attribute ``weight`` (W_ij on the edge j -> i), which the schedule mixes by instead of ``--mixing``; one
+that repeats gives its `Cycle` (``cycle=fn(n, **params)``): its period and the round after which the product of its
+mixing matrices is exactly the average, recorded in the manifest::
 
     @register_dynamic("ring-shift", directed=True, support=ring_support)
     def ring_shift(n: int, seed: int, t: int, stride: int = 1) -> nx.DiGraph: ...
@@ -17,7 +20,7 @@ import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import networkx as nx
 
@@ -25,12 +28,25 @@ from topologies.base import TopologyError, canonical, check_params, parse_params
 from topologies.generators import complete
 from topologies.streams import SHARED, numpy_rng
 
+T = TypeVar("T")
+
+
+class Cycle(NamedTuple):
+    """A schedule that repeats: its period in rounds, and the round after which the product of its mixing
+    matrices W_t … W_1 is exactly J = 11ᵀ/K (None: never exactly)."""
+
+    period: int | None
+    exact: int | None
+
 
 class Round(NamedTuple):
-    """One round of a dynamic topology that chooses who takes part: its links and its active peers."""
+    """One round of a dynamic topology that chooses who takes part: its links and its active peers, and (a topology
+    that moves models, teleport) `handover`: receiver -> sender, each active receiver first taking the model its
+    sender holds from the round before."""
 
     links: nx.DiGraph
     active: frozenset[int]
+    handover: Mapping[int, int] = {}
 
 
 @dataclass(frozen=True)
@@ -45,6 +61,9 @@ class Dynamic:
     doc: str
     chooses_active: bool = False  # `links` returns a Round: some peers sit some rounds out
     params: Mapping[str, Any] = field(default_factory=dict)
+    weighted: bool = False  # each link carries its weight W_ij (edge attribute "weight"), mixed by instead of --mixing
+    cycle: Callable[..., Cycle] | None = None  # fn(n[, **params]): its period and exact-consensus round
+    hands_over: bool = False  # its Rounds hand models from one round's peers to the next's (`Round.handover`)
 
     def bind(self, **params: Any) -> Dynamic:
         """This topology with its parameters set; TopologyError naming what it takes when it does not take one."""
@@ -58,27 +77,52 @@ class Dynamic:
             outside = sorted(p for p in out.active if not 0 <= p < n)
             if outside:
                 raise TopologyError(f"dynamic topology {self.name!r}: round {t} activates peers outside 0..{n - 1}")
-            return Round(out.links, frozenset(int(p) for p in out.active))
+            handover = {int(i): int(j) for i, j in out.handover.items()}
+            if any(i not in out.active or not 0 <= j < n or i == j for i, j in handover.items()):
+                raise TopologyError(f"dynamic topology {self.name!r}: round {t} hands a model to a peer not active, "
+                                    f"from one outside 0..{n - 1} or to itself")
+            return Round(out.links, frozenset(int(p) for p in out.active), handover)
         return Round(out, frozenset(range(n)))
+
+    def _on(self, fn: Callable[..., T], n: int) -> T:
+        """fn(n, **the parameters it takes)."""
+        takes = [p for p in inspect.signature(fn).parameters if p != "n"]
+        return fn(n, **{k: v for k, v in self.params.items() if k in takes})
 
     def support_of(self, n: int) -> nx.Graph:
         """The support graph on n peers (given the parameters when its function takes them)."""
-        takes = [p for p in inspect.signature(self.support).parameters if p != "n"]
-        return self.support(n, **{k: v for k, v in self.params.items() if k in takes})
+        return self._on(self.support, n)
+
+    def cycle_of(self, n: int) -> Cycle:
+        """Its period and exact-consensus round on n peers (both None when it declares no cycle)."""
+        return Cycle(None, None) if self.cycle is None else self._on(self.cycle, n)
 
 
 DYNAMIC: dict[str, Dynamic] = {}
+#: The topologies' parameters that are flags of their own (``--fanout S`` as well as ``--topology-params fanout=S``):
+#: parameter -> (its help line, the type of its default), declared with ``register_dynamic(flags=...)`` by each
+#: topology that takes it (p2pfl.network.topology_options makes them options).
+FLAGS: dict[str, tuple[str, str]] = {}
 
 
-def register_dynamic(name: str, *, directed: bool, support: Callable[..., nx.Graph], chooses_active: bool = False
-                     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Add `fn(n, seed, t, **params) -> nx.DiGraph` (a `Round` when `chooses_active`) under `name`."""
+def register_dynamic(name: str, *, directed: bool, support: Callable[..., nx.Graph], chooses_active: bool = False,
+                     weighted: bool = False, cycle: Callable[..., Cycle] | None = None, hands_over: bool = False,
+                     flags: Mapping[str, str] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Add `fn(n, seed, t, **params) -> nx.DiGraph` (a `Round` when `chooses_active`; its links weighted when
+    `weighted`; `cycle(n, **params)` its period and exact-consensus round; `hands_over`: its Rounds move models
+    between peers, `Round.handover`; `flags`: its parameters that are flags of their own, each with its help line)
+    under `name`."""
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         key = canonical(name)
         if key in DYNAMIC:
             raise TopologyError(f"dynamic topology {key!r} is already registered")
+        takes = inspect.signature(fn).parameters
+        for param, help in (flags or {}).items():
+            if param not in takes or takes[param].default is inspect.Parameter.empty:
+                raise TopologyError(f"dynamic topology {key!r}: flag {param!r} is no keyword parameter of its function")
+            FLAGS.setdefault(param, (help, type(takes[param].default).__name__))
         DYNAMIC[key] = Dynamic(key, fn, support, directed, (fn.__doc__ or "").strip().splitlines()[0],
-                               chooses_active)
+                               chooses_active, weighted=weighted, cycle=cycle, hands_over=hands_over)
         return fn
     return deco
 
@@ -97,11 +141,30 @@ def hops(n: int) -> list[int]:
     return [1 << k for k in range(max(1, math.ceil(math.log2(n))))]
 
 
-def _exponential_support(n: int) -> nx.Graph:
+def exponential_support(n: int) -> nx.Graph:
+    """The undirected union of every hop i -> i + 2^j (mod K) of the exponential graph."""
     g = nx.Graph()
     g.add_nodes_from(range(n))
     g.add_edges_from((i, (i + h) % n) for h in hops(n) for i in range(n) if (i + h) % n != i)
     return g
+
+
+def exponential_links(n: int, t: int, fanout: int = 1) -> nx.DiGraph:
+    """Round t of the k-peer exponential graph (k = fanout): peer i hears from i + 2^h (mod K) for the `fanout`
+    hops h = (t−1)·k, …, (t−1)·k + k − 1 taken cyclically mod τ = ⌈log2 K⌉ (k = 1: the one-peer graph)."""
+    every = hops(n)
+    chosen = [every[((t - 1) * fanout + r) % len(every)] for r in range(fanout)]
+    g = nx.DiGraph()
+    g.add_nodes_from(range(n))
+    g.add_edges_from(((i + h) % n, i) for h in chosen for i in range(n) if (i + h) % n != i)
+    return g
+
+
+def exponential_cycle(n: int, fanout: int = 1) -> Cycle:
+    """Period τ/gcd(τ, k) of the k-peer exponential graph; exact averaging after τ rounds when k = 1 and K = 2^τ
+    (Ying et al. 2021, Theorem 1), never otherwise."""
+    tau = len(hops(n))
+    return Cycle(tau // math.gcd(tau, fanout), tau if fanout == 1 and n == 1 << tau else None)
 
 
 @register_dynamic("random-matching", directed=False, support=lambda n: complete(n))
@@ -114,19 +177,30 @@ def random_matching(n: int, seed: int, t: int) -> nx.DiGraph:
     return both_ways(g)
 
 
-@register_dynamic("one-peer-exponential", directed=True, support=_exponential_support)
+@register_dynamic("one-peer-exponential", directed=True, support=exponential_support, cycle=exponential_cycle)
 def one_peer_exponential(n: int, seed: int, t: int) -> nx.DiGraph:
     """Ying et al. (NeurIPS 2021): in round t peer i hears from peer (i + 2^((t-1) mod τ)) mod K, τ = ⌈log2 K⌉."""
-    h = hops(n)[(t - 1) % len(hops(n))]
-    g = nx.DiGraph()
-    g.add_nodes_from(range(n))
-    g.add_edges_from(((i + h) % n, i) for i in range(n) if (i + h) % n != i)
-    return g
+    return exponential_links(n, t)
 
 
 def dynamic_names() -> list[str]:
     """The registered dynamic topology names, sorted."""
     return sorted(DYNAMIC)
+
+
+def takes(name: str) -> frozenset[str]:
+    """The keyword parameters topology `name` takes (static or dynamic; none for an unknown name)."""
+    key = canonical(name)
+    fn = DYNAMIC[key].links if key in DYNAMIC else registry.get(key)
+    if fn is None:
+        return frozenset()
+    skip = ("n", "seed", "t") if key in DYNAMIC else ("n", "seed")
+    return frozenset(p for p in inspect.signature(fn).parameters if p not in skip)
+
+
+def flag_owners(param: str) -> list[str]:
+    """The topologies (static or dynamic) that take `param`, sorted: those a flag of FLAGS applies to."""
+    return sorted(k for k in {*DYNAMIC, *registry} if param in takes(k))
 
 
 def topology_params(name: str, text: str | None) -> dict[str, Any]:

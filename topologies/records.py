@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 
-class TopologyStats(TypedDict):
+class _TopologyStats(TypedDict):
     """Statistics of the graph and its mixing matrix W (topologies.stats.statistics)."""
 
     n_nodes: int
@@ -28,6 +28,15 @@ class TopologyStats(TypedDict):
     # which of these are estimates and how, one line each ("n_eff: Hutchinson ...", "diameter: lower bound ...");
     # [] up to topologies.measures.DENSE_MAX peers, where every statistic is exact; absent in older runs
     estimated: list[str]
+
+
+class TopologyStats(_TopologyStats, total=False):
+    """The statistics, and for a network that changes round by round (p2pfl.network.schedule_measures) one of: the
+    product of one period of a schedule that repeats {rounds, lambda2, spectral_gap, n_eff, rate}, or the empirical
+    consensus rate over its first rounds {rate, rounds, columns}."""
+
+    period_product: dict[str, float | int | None]
+    consensus_rate: dict[str, float | int]
 
 
 class TopologyRecord(TypedDict):

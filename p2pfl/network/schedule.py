@@ -6,12 +6,13 @@ receive ever waits for a peer that is not coming and a result never depends on h
 A round starts from the topology's links (static, the random graph drawn anew with --resample, or a dynamic
 topology with its --topology-params), keeps the active peers (alive, drawn by --participation, not out by
 --churn, and chosen by a dynamic topology that chooses who takes part) and drops each link
-that fails this round (--link-failure). The weights are recomputed on what survives: Metropolis and max-degree
-stay symmetric and doubly stochastic, so gossip keeps the network mean; uniform stays row-stochastic; a peer
-without an active link keeps its own vector (W_ii = 1). A directed round (the one-peer exponential graph)
-averages uniformly over each peer's closed in-neighbourhood (1/2 each there). `--mixing server` on the star
-makes the hub average the active leaves it can reach, itself included, and send the average back (W = 11ᵀ/|P|
-on that set); the hub is the server, so --participation and --churn never take it out (--crash can).
+that fails this round (--link-failure). The weights are recomputed on what survives: Metropolis and max-degree stay
+symmetric and doubly stochastic, so gossip keeps the network mean; uniform stays row-stochastic; a peer without an
+active link keeps its own vector (W_ii = 1). A directed round (the one-peer exponential graph) averages uniformly
+over each peer's closed in-neighbourhood (1/2 each there). A weighted dynamic topology (Base-(k+1)) mixes by its
+own weights on the links that survive, what a lost link carried staying on the peer's diagonal. `--mixing server`
+on the star makes the hub average the active leaves it can reach, itself included, and send the average back (W =
+11ᵀ/|P| on that set); the hub is the server, so --participation and --churn never take it out (--crash can).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import math
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 import networkx as nx
@@ -28,10 +29,11 @@ import scipy.sparse as sp
 
 import topologies
 from p2pfl.network.faults import choose_stragglers, parse_crashes
+from p2pfl.network.topology_options import params
 from p2pfl.records import NetworkManifest, NetworkRecord
 from p2pfl.seeding import SHARED, numpy_rng
 from topologies import sparse
-from topologies.dynamic import Dynamic, Round
+from topologies.dynamic import Cycle, Dynamic, Round
 from topologies.generators import sample_gnp
 from topologies.mixing import KINDS
 
@@ -70,8 +72,9 @@ class NetworkOptions:
 
     @classmethod
     def of(cls, options: Any) -> NetworkOptions:
-        """These options read off an object that has them as attributes (a resolved RunConfig)."""
-        return cls(**{f.name: getattr(options, f.name) for f in fields(cls)})
+        """These options read off an object that has them as attributes (a resolved RunConfig); the topology's
+        parameters with its own flags (--fanout, --active, ...) merged in."""
+        return cls(**{**{f.name: getattr(options, f.name) for f in fields(cls)}, "topology_params": params(options)})
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,6 +95,9 @@ class RoundNetwork:
     offered: int = 0  # links of the round's topology before anyone was out and before link failures
     reweigh: Callable[[sp.csr_matrix, frozenset[int]], sp.csr_matrix] | None = field(default=None, repr=False)
     directed: bool = False  # one-way links: a failed link fails one way only
+    #: receiver -> sender: before training, each receiver takes the model its sender held after the round before
+    #: (a topology that moves models, teleport; only active receivers and alive senders)
+    handover: Mapping[int, int] = field(default_factory=dict)
 
     def without(self, links: Iterable[tuple[int, int]]) -> RoundNetwork:
         """This round with the (receiver, sender) links failed as well, both ways on an undirected graph, and
@@ -261,6 +267,17 @@ class NetworkSchedule:
             self._rounds[t] = self.dynamic.round(self.n, self.seed, t)
         return self._rounds[t]
 
+    @property
+    def hands_over(self) -> bool:
+        """Whether rounds hand models from one round's peers to the next's (teleport)."""
+        return self.dynamic is not None and self.dynamic.hands_over
+
+    def handover(self, t: int, active: frozenset[int], alive: frozenset[int]) -> dict[int, int]:
+        """Round t's hand-over (receiver -> sender) among the `active` receivers and `alive` senders."""
+        if not self.hands_over or t <= 0:
+            return {}
+        return {i: j for i, j in self._round(t).handover.items() if i in active and j in alive}
+
     def chosen(self, t: int) -> frozenset[int]:
         """The peers the topology lets take part in round t (every peer unless a dynamic topology chooses)."""
         if self.dynamic is None or not self.dynamic.chooses_active:
@@ -321,8 +338,15 @@ class NetworkSchedule:
             cols = np.concatenate([hi[u], lo[u]])
         return sparse.from_pairs(rows, cols, self.n)
 
-    def _weights(self, a: sp.csr_matrix, active: frozenset[int]) -> sp.csr_matrix:
-        """W on the round's surviving links `a` (rows and columns of peers not active are empty)."""
+    def _own_weights(self, t: int) -> sp.csr_matrix:
+        """Round t's off-diagonal weights as a weighted dynamic topology gives them (W_ij on its link j -> i)."""
+        edges = self._round(t).links.edges(data="weight")
+        senders, receivers, values = (np.array(c) for c in zip(*edges)) if edges else ([], [], [])
+        return sparse.from_pairs(receivers, senders, self.n, values, np.float64)
+
+    def _weights(self, a: sp.csr_matrix, active: frozenset[int], t: int = 0) -> sp.csr_matrix:
+        """W on round t's surviving links `a` (rows and columns of peers not active are empty); a weighted dynamic
+        topology's own W_ij on them, a failed link's weight left on the diagonal (symmetric stays symmetric)."""
         n = self.n
         if self.server:
             members = []
@@ -339,9 +363,17 @@ class NetworkSchedule:
             values = np.concatenate([np.full(len(m) ** 2, 1.0 / max(1, len(m))), np.ones(len(outside))])
             return sparse.from_pairs(rows, cols, n, values, np.float64)
         af = a.astype(np.float64)
+        if self.dynamic is not None and self.dynamic.weighted:  # its own weights on the links that survive
+            return sparse.with_diagonal(sp.csr_matrix(self._own_weights(t).multiply(af)))
         if self.directed:  # uniform over each peer's closed in-neighbourhood (row degrees are in-degrees)
             return KINDS["uniform"](af)
         return KINDS[self.mixing](af)
+
+    def column_drift(self, t: int) -> float:
+        """max_j |Σ_i W_ij − 1| of round t's topology with every peer and link up: 0 (to rounding) where W is doubly
+        stochastic by construction, above it where the topology alone makes W only row-stochastic (EL-Local)."""
+        w = self._weights(self.topology_links(t), self._everyone)
+        return float(np.abs(np.asarray(w.sum(axis=0)).ravel() - 1.0).max(initial=0.0))
 
     @property
     def static_weights(self) -> sp.csr_matrix:
@@ -363,11 +395,13 @@ class NetworkSchedule:
             a = sparse.among(base, mask)
             if self.link_failure > 0.0:
                 a = sparse.difference(a, self._failures(t))
-            w = self._weights(a, act)
+            w = self._weights(a, act, t)
         before = self.active(t - 1) if t >= 2 else act
-        net = RoundNetwork(round=t, adjacency=a, W=w, active=act, alive=alive, rejoining=act - before,
+        handover = self.handover(t, act, alive)  # a receiver takes its model handed over, not its neighbours' mix
+        net = RoundNetwork(round=t, adjacency=a, W=w, active=act, alive=alive, rejoining=act - before - handover.keys(),
                            fresh=act & before, work={p: f for p, f in self.stragglers.items() if p in act},
-                           server=self.server, offered=int(base.nnz), reweigh=self._weights, directed=self.directed)
+                           server=self.server, offered=int(base.nnz), reweigh=partial(self._weights, t=t),
+                           directed=self.directed, handover=handover)
         if static:  # every such round has the same links and weights: their maps are built once
             if self._incoming is None:
                 self._incoming = net.incoming
@@ -380,9 +414,9 @@ class NetworkSchedule:
 
     # ------------------------------------------------------------------ checks and description
     def lonely(self, rounds: int) -> list[int]:
-        """Peers alive (and chosen by the topology) in some round that hear from no such peer in any round
-        (participation, churn and link failures aside: those are draws, not structure). Static graphs need round 1
-        only: crashes only remove."""
+        """Peers alive (and chosen by the topology) in some round that hear from no such peer in any round, nor on
+        one-way links send to one (participation, churn and link failures aside: those are draws, not structure).
+        Static graphs need round 1 only: crashes only remove."""
         heard: set[int] = set()
         seen: set[int] = set()
         horizon = 1 if self.kind == "static" else min(rounds, CHECK_HORIZON)
@@ -393,17 +427,21 @@ class NetworkSchedule:
             rows, cols = sparse.pairs(self.topology_links(t))
             hears = np.zeros(self.n, dtype=bool)
             hears[rows[mask[cols]]] = True
+            if self.directed:  # one way, a peer that only sends takes part too (EL-Local's peers no one drew)
+                hears[cols[mask[rows]]] = True
             seen |= alive
             heard |= {int(p) for p in np.flatnonzero(hears & mask)}
         return sorted(seen - heard)
 
     def describe(self) -> NetworkManifest:
         """The manifest's `network` entry: what changes and fails, and how."""
-        weights = ("uniform over the closed in-neighbourhood (1/2 on the one-peer exponential graph)"
+        weights = ("the topology's own" if self.dynamic is not None and self.dynamic.weighted
+                   else "uniform over the closed in-neighbourhood (1/2 on the one-peer exponential graph)"
                    if self.directed else self.mixing)
+        cycle = self.dynamic.cycle_of(self.n) if self.dynamic is not None else Cycle(None, None)
         return NetworkManifest(
             kind=self.kind, directed=self.directed, weights=weights, server=self.server,
             participation=self.participation, churn=self.churn, link_failure=self.link_failure,
             resample_p=self.resample_p, crashes={str(p): r for p, r in self.crashes.items()},
             stragglers={str(p): f for p, f in self.stragglers.items()}, rejoin=self.rejoin,
-            support_edges=self.support.number_of_edges())
+            support_edges=self.support.number_of_edges(), period=cycle.period, exact_consensus_round=cycle.exact)
