@@ -300,7 +300,8 @@ def write_frontier(study_dir: str | Path, metric: str | None = None, reference: 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.frontier", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m analysis.frontier",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("study", metavar="STUDY_DIR")
     parser.add_argument("--metric", help="the final eval metric (default: the test, kNN or probe accuracy)")
     parser.add_argument("--reference", default=DEFAULT_REFERENCE,

@@ -2,9 +2,12 @@
 under --plots, the run's plots into <run>/plots/."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from p2pfl.runtime.hooks import after_run
+
+log = logging.getLogger(__name__)
 
 
 @after_run("plots")
@@ -14,4 +17,4 @@ def draw_plots(run_dir: Path) -> None:
     from .runs import load_run
 
     if plot_run(load_run(run_dir)):
-        print(f"p2pfl: plots in {run_dir / 'plots'}", flush=True)
+        log.info(f"p2pfl: plots in {run_dir / 'plots'}")

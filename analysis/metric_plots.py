@@ -17,7 +17,8 @@ from matplotlib.ticker import MaxNLocator, NullLocator
 
 from p2pfl.records import SIM_TIME
 
-from .metric_panels import BYTES, LOSS_PANEL, X_LABELS, MetricPanel, Spread, metric_panels, split_metric_name
+from .labels import QUANTITIES, ROLE_LABELS, metric_label, metric_title, unit_label
+from .metric_panels import BYTES, X_LABELS, MetricPanel, Spread, metric_panels
 from .runs import ROUND, Run, cumulative_bytes_per_peer
 from .style import (
     AVG_COLOUR,
@@ -35,37 +36,14 @@ from .style import (
 __all__ = ["METRIC_LABELS", "ROLE_LABELS", "FILES", "metric_title", "metric_label", "metrics_figure", "figure_axes",
            "MANY_PEERS"]
 
-#: Readable titles of the metrics the methods record (others are titled by their key).
-METRIC_LABELS = {
-    "probe_acc": "linear-probe accuracy", "knn_acc": "kNN accuracy", "test_acc": "test accuracy",
-    "drift_to_avg": "distance to the average", "drift_to_neighbours": "distance to neighbours",
-    "zeta2": "heterogeneity ζ² at the average", LOSS_PANEL: "training loss",
-    "distance_to_mean": "distance to the peers' mean", "distance_to_initial_mean": "distance to the initial mean",
-    "mean_shift": "shift of the peers' mean", "error": "error",
-}
-#: How a study's metric key names its model or statistic (analysis.metric_panels.split_metric_name's roles).
-ROLE_LABELS = {"avg": "network average", "peer_mean": "peers' mean", "peer_min": "lowest peer",
-               "peer_max": "highest peer", "untrained": "untrained model", "value": ""}
+#: Readable titles of the metrics (analysis.labels: the one table of labels, units and ranges).
+METRIC_LABELS = {name: q.label for name, q in QUANTITIES.items()}
 #: The file of each x.
 FILES = {ROUND: "metrics.png", SIM_TIME: "metrics_time.png", BYTES: "metrics_bytes.png"}
 #: Above this many peers a strip is drawn as small rasterised dots (K markers cost seconds at 2,000).
 MANY_PEERS = 300
 AVERAGE, PEERS, UNTRAINED_LABEL = "network average", "peers", "untrained model"
 LEGEND_ORDER = (AVERAGE, "last", f"{PEERS}: mean", f"{PEERS}: min", PEERS, UNTRAINED_LABEL)
-
-
-def metric_title(name: str) -> str:
-    """A metric's title: its readable label and key (the key alone when it has no label)."""
-    label = METRIC_LABELS.get(name)
-    return f"{label} ({name})" if label and label != name else name
-
-
-def metric_label(key: str) -> str:
-    """An axis label for a study's metric key: ``test_acc_avg`` -> "test accuracy, network average",
-    ``loss_peer_max`` -> "loss, highest peer"; a base without a readable label stays as written."""
-    base, role = split_metric_name(key)
-    label = METRIC_LABELS.get(base, base)
-    return f"{label}, {ROLE_LABELS[role]}" if ROLE_LABELS[role] else label
 
 
 def _draw_spread_at(ax: Axes, x: float, spread: Spread, width: float) -> None:
@@ -191,6 +169,7 @@ def metrics_figure(run: Run, x: str = ROUND) -> Figure | None:
         if panel.once:
             _draw_once_panel(ax, panel, _at_label(x, panel.xs[0]))
             ax.set_title(metric_title(panel.name))
+            ax.set_ylabel(unit_label(panel.name))
             continue
         _draw_series_panel(ax, panel, xlim)
         if spans(ax, LOG_SPAN):
@@ -201,10 +180,11 @@ def metrics_figure(run: Run, x: str = ROUND) -> Figure | None:
         elif x == BYTES:
             label += f" ({bytes_axis(ax, xlim[1])})"
         ax.set_xlabel(label)
+        ax.set_ylabel(unit_label(panel.name))
         ax.set_title(metric_title(panel.name))
         ax.margins(y=0.1)
         legend(ax, LEGEND_ORDER)
-    fig.suptitle(f"{run.name}: {run.algorithm}, {run.num_peers} peers, {run.topology_name}")
+    fig.suptitle(run.title)
     fig.tight_layout()
     return fig
 

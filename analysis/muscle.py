@@ -185,7 +185,8 @@ def deltas_csv(deltas: Sequence[PairedDelta]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.muscle", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m analysis.muscle",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("study")
     parser.add_argument("--method-axis", default="method")
     parser.add_argument("--local", default="local", help="the label of the local-training baseline")

@@ -7,20 +7,39 @@ replaced atomically: saved under a temporary name in the same folder, then ``os.
 """
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from p2pfl.records import AVG, SIM_TIME, UNTRAINED
-from topologies.plot import layout
+from topologies.plot import draw_node_labels, layout
 from topologies.stats import pair_weights, sparse_mixing_of
 
+from .labels import axis_label, metric_title, unit_label
 from .metric_panels import BYTES, X_LABELS, MetricPanel, metric_panels, split_metric_name
-from .metric_plots import FILES, MANY_PEERS, metric_title, metrics_figure
+from .metric_plots import FILES, MANY_PEERS, metrics_figure
 from .runs import ROUND, Run, is_number
-from .style import AVG_COLOUR, PEER_COLOUR, REFERENCE_STYLE, draw_reference, grid, legend, new_figure, save, styled
+from .style import (
+    AVG_COLOUR,
+    PEER_COLOUR,
+    REFERENCE_STYLE,
+    contrast_text,
+    draw_reference,
+    draw_zeros,
+    grid,
+    legend,
+    new_figure,
+    plot_formats,
+    save,
+    saved_files,
+    styled,
+)
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "plot_run",
@@ -75,49 +94,78 @@ plot_metrics_bytes = _plot_metrics_against(BYTES)
 def plot_consensus(run: Run, out_dir: Path) -> Path | None:
     """consensus.png: consensus distance against round (log scale) with the spectral prediction of the graphs
     actually used, c·Π σ2(W_t)² from the first positive value c (σ2 = ‖W_t − J‖₂ over the alive peers, from
-    the round records); for runs without it, c0·lambda2^(2t) of the static W.
+    the round records); for runs without it, c0·lambda2^(2t) of the static W. Rounds at exact consensus (0,
+    which a log axis cannot show) are marked on the bottom edge (style.draw_zeros).
 
     The consensus distance is a mean of squared norms, so pure gossip shrinks it by at least σ2² a round under
     a doubly stochastic W; local training between rounds pushes the measured curve above the prediction.
     """
     xs, ys = run.series("consensus_distance")
+    zeros = [x for x, y in zip(xs, ys) if y == 0]
     pts = [(x, y) for x, y in zip(xs, ys) if y > 0]
-    if not pts:
+    if not pts and not zeros:
         return None
-    xs = [p[0] for p in pts]
-    ys = [p[1] for p in pts]
     fig = new_figure(6, 4)
     ax = fig.add_subplot(1, 1, 1)
-    ax.plot(xs, ys, marker="o" if len(xs) <= 30 else None, markersize=3, label="measured")
+    ax.set_yscale("log")
+    xs = [p[0] for p in pts]
+    ys = [p[1] for p in pts]
+    if pts:
+        ax.plot(xs, ys, marker="o" if len(xs) <= 30 else None, markersize=3, label="measured")
+    draw_zeros(ax, zeros, AVG_COLOUR)
     predicted = run.spectral_prediction()
     lam = second_eigenvalue(run)
     if predicted is not None:
         px, py = [x for x, y in zip(*predicted) if y > 0], [y for y in predicted[1] if y > 0]
         if len(px) >= 2:
             ax.plot(px, py, label="gossip alone: c·Π σ2(W_t)², the graphs used", **REFERENCE_STYLE)
-    elif lam is not None and 0 < lam < 1:
+    elif pts and lam is not None and 0 < lam < 1:
         t = np.linspace(xs[0], xs[-1], max(2, len(xs) * 4))
         pred = ys[0] * lam ** (2.0 * (t - xs[0]))
         keep = pred > 0
         if keep.sum() >= 2:
             ax.plot(t[keep], pred[keep], label=f"c0·λ2^(2t), |λ2| = {lam:.3f}", **REFERENCE_STYLE)
-    ax.set_yscale("log")
+    if not pts:  # every value exactly 0: a log axis without data has no range of its own
+        ax.set_ylim(1e-12, 1.0)
+    every = xs + zeros
+    pad = 0.04 * ((max(every) - min(every)) or 1.0)
+    ax.set_xlim(min(every) - pad, max(every) + pad)  # the zeros' marks do not extend the data limits
     ax.set_xlabel("round")
-    ax.set_ylabel("consensus distance")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(axis_label("consensus_distance"))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title(run.name, fontsize=9)
+    ax.set_title(run.title, fontsize=9)
     fig.tight_layout()
     return save(fig, out_dir / "consensus.png")
+
+
+#: Points are labelled only when no two of them fall in the same cell of a LABEL_GRID x LABEL_GRID grid over the
+#: panel's data range (closer, their labels overlap into one smudge).
+LABEL_GRID = 25
+MAX_LABELLED_POINTS = 40
+
+
+def apart(xs: list[float], ys: list[float]) -> bool:
+    """Whether labels beside these points can be read: few enough points, none sharing a grid cell."""
+    if not xs or len(xs) > MAX_LABELLED_POINTS:
+        return False
+
+    def cells(values: list[float]) -> list[int]:
+        low, span = min(values), (max(values) - min(values)) or 1.0
+        return [int((v - low) / span * LABEL_GRID) for v in values]
+
+    return len(set(zip(cells(xs), cells(ys)))) == len(xs)
 
 
 @styled
 def plot_per_peer_degree(run: Run, out_dir: Path) -> Path | None:
     """per_peer_degree.png: each peer's final value of every numeric per-peer metric against its in-degree,
-    averaged over the rounds it took part in (crashed peers have no final value)."""
+    averaged over the rounds it took part in (crashed peers have no final value); not drawn for a regular graph
+    (one degree: a column of points), peers named only where their points lie apart (``apart``)."""
     per_peer, degree = run.final_per_peer(), run.mean_degree()
-    if not per_peer or not degree:
-        return None
+    if not per_peer or not degree or len(set(degree.values())) < 2:
+        return None  # a regular graph: every peer at one degree, nothing to see against it
     names = sorted({k for m in per_peer.values() for k, v in m.items() if is_number(v)})
     if not names:
         return None
@@ -130,13 +178,16 @@ def plot_per_peer_degree(run: Run, out_dir: Path) -> Path | None:
         ys = [float(per_peer[p][name]) for p in peers]
         many = len(peers) > MANY_PEERS
         ax.scatter(xs, ys, s=2 if many else 18, color=AVG_COLOUR, rasterized=many, linewidths=0 if many else None)
-        if len(peers) <= 40:
+        if apart(xs, ys):
             for p, x, y in zip(peers, xs, ys):
                 ax.annotate(p, (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
-        ax.set_title(name)
+        if all(float(x).is_integer() for x in xs):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(metric_title(name))
         ax.set_xlabel("mean in-degree over the rounds taken part in")
+        ax.set_ylabel(unit_label(name))
         ax.grid(True, alpha=0.3)
-    fig.suptitle(f"{run.name}: final per-peer metrics against degree", fontsize=9)
+    fig.suptitle(f"{run.title}: final per-peer metrics against degree", fontsize=9)
     fig.tight_layout()
     return save(fig, out_dir / "per_peer_degree.png")
 
@@ -175,10 +226,10 @@ def plot_topology(run: Run, out_dir: Path) -> Path | None:
                                    vmin=0.0, vmax=float(max(shares.max(), 1e-12)), node_size=max(60, 500 - 4 * n))
     fig.colorbar(nodes, ax=ax, label="consensus share", shrink=0.8)
     if n <= 60:
-        nx.draw_networkx_labels(graph, pos, ax=ax, font_size=8, font_color="white")
+        draw_node_labels(ax, pos, nodes.to_rgba(nodes.get_array()))
     if labels and len(edge_list) <= 60:
         nx.draw_networkx_edge_labels(graph, pos, ax=ax, edge_labels=labels, font_size=7)
-    title = f"{run.topology_name}  (spectral gap {topo['stats']['spectral_gap']:.3f})"
+    title = f"{run.title}\nspectral gap {topo['stats']['spectral_gap']:.3f}"
     if any("/" in text for text in labels.values()):
         title += "\nedge labels W_ij/W_ji for i < j"
     ax.set_title(title)
@@ -201,6 +252,8 @@ def _topology_histograms(run: Run, out_dir: Path) -> Path | None:
     ax = fig.add_subplot(1, 2, 1)
     ax.hist(degree, bins=np.arange(degree.min(), degree.max() + 2) - 0.5 if degree.max() - degree.min() < 60 else 40,
             color=AVG_COLOUR)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a regular graph: one bar at its degree, not 1.9..2.1
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("degree")
     ax.set_ylabel("peers")
     ax.set_title(f"degree: mean {degree.mean():.3g}, min {degree.min()}, max {degree.max()}", fontsize=9)
@@ -210,7 +263,7 @@ def _topology_histograms(run: Run, out_dir: Path) -> Path | None:
     ax.set_xlabel("consensus share")
     ax.set_title(f"consensus share: {'all' if even else 'max'} {shares.max():.3g} (uniform {1 / n:.3g})",
                  fontsize=9)
-    fig.suptitle(f"{run.topology_name}, {n} peers (spectral gap {topo['stats']['spectral_gap']:.3f}); graph not "
+    fig.suptitle(f"{run.title} (spectral gap {topo['stats']['spectral_gap']:.3f}); graph not "
                  f"drawn above {MANY_PEERS} peers", fontsize=9)
     fig.tight_layout()
     return save(fig, out_dir / "topology.png")
@@ -236,16 +289,16 @@ def plot_partition(run: Run, out_dir: Path) -> Path | None:
     ax.set_xlabel("class")
     ax.set_ylabel("peer")
     if peers * classes <= 400:
-        threshold = c.max() / 2 if c.max() > 0 else 1
         for i in range(peers):
             for j in range(classes):
                 ax.text(j, i, f"{int(c[i, j])}", ha="center", va="center", fontsize=6,
-                        color="white" if c[i, j] > threshold else "black")
+                        color=contrast_text(image.cmap(image.norm(c[i, j]))))
     if classes <= 40:
         ax.set_xticks(range(classes))
     if peers <= 40:
         ax.set_yticks(range(peers))
-    ax.set_title(f"partition: {run.partition_label or '?'}", fontsize=9)
+    ax.grid(False)
+    ax.set_title(f"{run.title}: samples per peer and class", fontsize=9)
     fig.tight_layout()
     return save(fig, out_dir / "partition.png")
 
@@ -297,13 +350,14 @@ def plot_per_peer(run: Run, out_dir: Path) -> Path | None:
         _draw_final_lines(ax, run, name)
         legend(ax, loc="upper center", bbox_to_anchor=(0.5, -0.18))  # under the bars, which fill the panel
         ax.set_title(metric_title(name))
+        ax.set_ylabel(unit_label(name))
         ax.set_xlabel("peer")
         if len(peers) <= 40:
             ax.set_xticks(range(len(peers)))
             ax.set_xticklabels([p if p not in spec else f"{p}\n{spec[p]['task']}" for p in peers],
                                fontsize=7)
         ax.grid(True, axis="y", alpha=0.3)
-    fig.suptitle(f"{run.name}: round {run.final_eval()['round']}", fontsize=9)
+    fig.suptitle(f"{run.title}: round {run.final_eval()['round']}", fontsize=9)
     fig.tight_layout()
     return save(fig, out_dir / "per_peer.png")
 
@@ -314,8 +368,10 @@ PLOTS: list[Callable[[Run, Path], Path | None]] = [
 ]
 
 
-def plot_run(run: Run | str | os.PathLike, out_dir: str | os.PathLike | None = None) -> list[Path]:
-    """Make every plot the run has data for, into ``out_dir`` (default ``<run>/plots``); return the files written.
+def plot_run(run: Run | str | os.PathLike, out_dir: str | os.PathLike | None = None,
+             formats: str | Sequence[str] | None = None) -> list[Path]:
+    """Make every plot the run has data for, into ``out_dir`` (default ``<run>/plots``), in ``formats`` (default:
+    the run's --plot-format, else PNG); return the files written.
 
     A plot whose data is missing is skipped; a run still in progress gets the plots of what it has so far.
     """
@@ -325,11 +381,12 @@ def plot_run(run: Run | str | os.PathLike, out_dir: str | os.PathLike | None = N
         run = load_run(run)
     target = Path(out_dir) if out_dir is not None else run.path / "plots"
     written: list[Path] = []
-    for plot in PLOTS:
-        path = plot(run, target)
-        if path is not None:
-            written.append(path)
+    with plot_formats(formats or run.config.get("plot_format") or "png"):
+        for plot in PLOTS:
+            path = plot(run, target)
+            if path is not None:
+                written += saved_files(path)
     if run.summarised and run.final_per_peer() is None:
-        print(f"analysis: {run.name}: per_peer.png and per_peer_degree.png not drawn: the records summarise the "
-              f"peers (more than --peer-records); metrics.png draws their min..max", flush=True)
+        log.warning("analysis: %s: per_peer.png and per_peer_degree.png not drawn: the records summarise the peers "
+                    "(more than --peer-records); metrics.png draws their min..max", run.name)
     return written

@@ -1,16 +1,21 @@
 """Compare runs in a markdown report, with FedMuscle's per-peer Δ% against local training; or report a study.
 
     python -m analysis.report RUN_DIR [RUN_DIR ...] [--out report.md] [--baseline LOCAL_RUN_DIR] [--no-plots]
+                              [--metrics NAME,NAME] [--transpose] [--plot-format png,pdf,svg]
     python -m analysis.report STUDY_DIR [--out REPORT_DIR] [--no-plots] [--metric NAME]
-                              [--target VALUE [--direction higher|lower]]
+                              [--target VALUE [--direction higher|lower]] [--plot-format png,pdf,svg]
 
 A folder with a plan.json is a study (runs over a grid of options x seeds): its report (groups over seeds,
 95% confidence intervals; analysis.study) and its figures (analysis.study_plots) are written into
 STUDY_DIR/report/ unless --out says where (`write_study_report`); --target adds each group's time to reach that
 value of the metric (analysis.target).
 
-Rebuilds each run's plots, prints one markdown table with a row per run (algorithm, topology, peers,
-partition, rounds, final eval metrics, bytes sent per peer per round, wall time) and writes it to --out.
+Draws each run's plots beside the report, into ``<report>-plots/<run>/`` (report.md: report-plots/; never into a
+run's own plots/, which stay as the run drew them), prints one markdown table with a row per run (algorithm,
+topology, peers, partition, rounds, the final eval metrics --metrics names, by default each metric's network
+average and peers' mean and the plain metrics: not the peers' min and max, the untrained model or bookkeeping;
+bytes sent per peer per round, wall time; --transpose: a row per field, a column per run) and writes it to
+--out.
 When a ``local`` run with the same peers is available (``--baseline``, or among the RUN_DIRs), every other
 run also gets the per-peer table of SPEC §6 / FedMuscle Table 1:
 Δ_n = (M_n − M_n^local) / M_n^local × 100, sign flipped for lower-is-better metrics, and the mean Δ.
@@ -24,11 +29,13 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from p2pfl.config import ConfigError, plot_format_names
 from p2pfl.fedmuscle.records import TASK_METRIC, TASK_METRIC_NAME
 from p2pfl.runtime.files import write_atomic
 from p2pfl.runtime.progress import format_bytes
 
 from .delta import Delta, delta_percent, lower_is_better
+from .metric_panels import is_bookkeeping, split_metric_name
 from .runs import Run, RunFolderError, load_run
 from .study import (
     Study,
@@ -50,6 +57,8 @@ __all__ = [
     "delta_table",
     "build_report",
     "write_study_report",
+    "table_metrics",
+    "plots_folder",
     "main",
 ]
 
@@ -84,13 +93,23 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def runs_table(runs: Sequence[Run]) -> str:
-    """The comparison table: one row per run, a column per eval metric any run reports (final values)."""
-    metric_names: list[str] = []
-    for run in runs:
-        for name in run.final_metrics():
-            if name not in metric_names:
-                metric_names.append(name)
+#: The roles of the metrics the run table shows by default (analysis.metric_panels.split_metric_name): the
+#: network average, the peers' mean and plain metrics; the peers' min and max and the untrained model are left to
+#: --metrics (and to the figures).
+TABLE_ROLES = ("avg", "peer_mean", "value")
+
+
+def table_metrics(runs: Sequence[Run]) -> list[str]:
+    """The final eval metrics the run table shows by default: those of TABLE_ROLES, no bookkeeping, in order of
+    first appearance."""
+    names = dict.fromkeys(name for run in runs for name in run.final_metrics())
+    return [n for n in names if split_metric_name(n)[1] in TABLE_ROLES and not is_bookkeeping(n)]
+
+
+def runs_table(runs: Sequence[Run], metrics: Sequence[str] | None = None, transpose: bool = False) -> str:
+    """The comparison table: one row per run, a column per final eval metric of ``metrics`` (default
+    ``table_metrics``); ``transpose``: one row per field, one column per run (many metrics, few runs)."""
+    metric_names = list(metrics) if metrics is not None else table_metrics(runs)
     header = ["run", "algorithm", "topology", "peers", "partition", "rounds", *metric_names,
               "bytes sent/peer/round", "wall time (s)"]
     rows = []
@@ -104,6 +123,9 @@ def runs_table(runs: Sequence[Run]) -> str:
             *[_fmt(final.get(name)) for name in metric_names],
             _fmt_bytes(run.bytes_sent_per_peer_round()), "–" if wall is None else f"{wall:.1f}",
         ])
+    if transpose:
+        return _md_table(["field", *[row[0] for row in rows]], [[name, *[row[i] for row in rows]]
+                                                               for i, name in enumerate(header) if i > 0])
     return _md_table(header, rows)
 
 
@@ -150,10 +172,12 @@ def delta_table(run: Run, local: Run) -> tuple[str, Delta] | None:
 
 # ----- the report --------------------------------------------------------------------------------------------------
 def build_report(runs: Sequence[Run], baseline: Run | None = None, out_path: Path | None = None,
-                 plots: dict[str, list[Path]] | None = None) -> str:
-    """The markdown report: the runs table, then Δ% tables for runs with a matching local baseline."""
+                 plots: dict[str, list[Path]] | None = None, metrics: Sequence[str] | None = None,
+                 transpose: bool = False) -> str:
+    """The markdown report: the runs table (``runs_table``'s ``metrics`` and ``transpose``), then Δ% tables for
+    runs with a matching local baseline."""
     shown = list(runs) + ([baseline] if baseline is not None and all(r.path != baseline.path for r in runs) else [])
-    parts = ["# p2pfl run report", "", runs_table(shown), ""]
+    parts = ["# p2pfl run report", "", runs_table(shown, metrics, transpose), ""]
 
     locals_ = [baseline] if baseline is not None else [r for r in runs if r.algorithm == LOCAL]
     notes: list[str] = []
@@ -180,18 +204,25 @@ def build_report(runs: Sequence[Run], baseline: Run | None = None, out_path: Pat
     if plots:
         parts += ["## Plots", ""]
         base = out_path.resolve().parent if out_path is not None else Path.cwd()
+        def link(text: str, file: Path) -> str:
+            return f"[{text}]({Path(os.path.relpath(file.resolve(), base)).as_posix()})"
+
         for name, files in plots.items():
-            if files:
-                links = ", ".join(f"[{f.stem}]({Path(os.path.relpath(f.resolve(), base)).as_posix()})"
-                                  for f in files)
-                parts.append(f"- {name}: {links}")
+            stems: dict[str, list[Path]] = {}
+            for file in files:
+                stems.setdefault(file.stem, []).append(file)
+            links = [link(stem, same[0]) + "".join(f" ({link(f.suffix[1:], f)})" for f in same[1:])
+                     for stem, same in stems.items()]
+            if links:
+                parts.append(f"- {name}: {', '.join(links)}")
         parts.append("")
     return "\n".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry: rebuild plots, print the report and write it to --out."""
-    parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m analysis.report",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR",
                         help="run folders to compare, or one study folder (a folder with plan.json)")
     parser.add_argument("--out", default=None,
@@ -200,7 +231,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline", metavar="LOCAL_RUN_DIR",
                         help="a 'local' run with the same peers, for the per-peer Δ%% table")
     parser.add_argument("--no-plots", action="store_true",
-                        help="do not rebuild the runs' plots (for a study: do not draw its figures)")
+                        help="do not draw the runs' plots (for a study: do not draw its figures)")
+    parser.add_argument("--plot-format", default="png", metavar="FORMATS",
+                        help="the figures' file formats, comma-separated: png, pdf, svg (default: png)")
+    parser.add_argument("--metrics", metavar="NAME,NAME",
+                        help="runs only: the final metrics of the run table, comma-separated (default: each metric's "
+                             "network average and peers' mean, and the plain metrics)")
+    parser.add_argument("--transpose", action="store_true",
+                        help="runs only: the run table with a row per field and a column per run")
     parser.add_argument("--metric", help="study only: the metric of the figures (default: the test, kNN or probe "
                                          "accuracy the runs report)")
     parser.add_argument("--target", type=float, metavar="VALUE",
@@ -212,6 +250,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "or above (<= VALUE); default: lower for names with a word loss, error, distance, "
                              "drift, shift or mse, else higher")
     args = parser.parse_args(argv)
+    try:
+        formats = plot_format_names(args.plot_format)
+    except ConfigError as exc:
+        print(f"analysis.report: {exc}", file=sys.stderr)
+        return 2
 
     studies = [p for p in args.runs if is_study(p)]
     if studies:
@@ -221,7 +264,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if args.direction is not None and args.target is None:
             print("analysis.report: note: --direction applies with --target only", file=sys.stderr)
-        return _study_main(studies[0], args.out, not args.no_plots, args.metric, args.target, args.direction)
+        for given, flag in ((args.metrics, "--metrics"), (args.transpose or None, "--transpose")):
+            if given is not None:
+                print(f"analysis.report: note: {flag} applies to run folders only", file=sys.stderr)
+        return _study_main(studies[0], args.out, not args.no_plots, args.metric, args.target, args.direction,
+                           formats)
     for given, flag in ((args.metric, "--metric"), (args.target, "--target"), (args.direction, "--direction")):
         if given is not None:
             print(f"analysis.report: note: {flag} applies to study folders only", file=sys.stderr)
@@ -233,30 +280,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"analysis.report: {exc}", file=sys.stderr)
         return 2
 
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
+    known = {name for run in runs for name in run.final_metrics()}
+    unknown = [m for m in metrics or () if m not in known]
+    if unknown:
+        print(f"analysis.report: --metrics: no run reports {unknown[0]!r}; they report: {', '.join(sorted(known))}",
+              file=sys.stderr)
+        return 2
+
+    out = Path(args.out or "report.md")
     plots: dict[str, list[Path]] = {}
     if not args.no_plots:
         from .plots import plot_run
 
+        folder = plots_folder(out)
         for run in runs + ([baseline] if baseline is not None else []):
             try:
-                plots[run.name] = plot_run(run)
+                plots[run.name] = plot_run(run, folder / run.name, formats)
             except Exception as exc:  # a broken plot must not lose the report
                 print(f"analysis.report: plots of {run.name} failed: {type(exc).__name__}: {exc}",
                       file=sys.stderr)
+        print(f"analysis.report: plots in {folder}", file=sys.stderr)
 
-    out = Path(args.out or "report.md")
-    text = build_report(runs, baseline, out_path=out, plots=plots)
+    text = build_report(runs, baseline, out_path=out, plots=plots, metrics=metrics, transpose=args.transpose)
     print(text)
     write_atomic(out, text)
     return 0
 
 
+def plots_folder(report: Path) -> Path:
+    """Where the report of some runs draws their plots: ``<report stem>-plots/`` beside the markdown file (one
+    folder per run inside), so that a report never writes into the runs it reads."""
+    return report.with_name(f"{report.stem}-plots")
+
+
 def write_study_report(study_dir: str | os.PathLike, out: str | os.PathLike | None = None, plots: bool = True,
                        metric: str | None = None, target: float | None = None,
-                       direction: str | None = None) -> tuple[str, list[Path]]:
-    """Write report.md, table.csv and (unless ``plots`` is False) the figures into ``out`` (default
-    STUDY_DIR/report; an ``out`` ending in .md names the markdown file, the rest goes beside it), with the time
-    to ``target`` of the metric when given (analysis.target); return the markdown and the files written."""
+                       direction: str | None = None, formats: str | Sequence[str] = "png") -> tuple[str, list[Path]]:
+    """Write report.md, table.csv and (unless ``plots`` is False) the figures, in ``formats`` (png, pdf, svg),
+    into ``out`` (default STUDY_DIR/report; an ``out`` ending in .md names the markdown file, the rest goes
+    beside it), with the time to ``target`` of the metric when given (analysis.target); return the markdown and
+    the files written."""
     study = load_study(study_dir)
     if metric is not None and study.metrics and metric not in study.metrics:
         raise StudyFolderError(f"no finished run reports the metric {metric!r}; they report: "
@@ -266,17 +330,21 @@ def write_study_report(study_dir: str | os.PathLike, out: str | os.PathLike | No
     md_path = target if target.suffix == ".md" else target / "report.md"
     folder = md_path.parent
     figures: dict[str, Path] = {}
+    drawn: list[Path] = []
     if plots:
-        from .study_plots import plot_study  # matplotlib, only when drawing
+        from .study_plots import plot_study
+        from .style import plot_formats, saved_files  # matplotlib, only when drawing
 
-        figures = plot_study(study, folder, headline_metric(study, metric))
+        with plot_formats(formats):
+            figures = plot_study(study, folder, headline_metric(study, metric))
+            drawn = [file for path in figures.values() for file in saved_files(path)]
     selection = load_selection(study.path)
     sections = ([tuning_markdown(selection)] if selection is not None else []) + (
         [target_markdown(study, goal)] if goal is not None else [])
     text = build_study_markdown(study, figures, base=folder, sections=sections)
     write_atomic(folder / "table.csv", study_table_csv(study, target_columns(goal) if goal is not None else ()))
     write_atomic(md_path, text)
-    return text, [md_path, folder / "table.csv", *figures.values()]
+    return text, [md_path, folder / "table.csv", *drawn]
 
 
 def print_written(prog: str, write: Callable[[], tuple[str, list[Path]]]) -> int:
@@ -303,10 +371,11 @@ def _target(study: Study, metric: str | None, value: float | None, direction: st
 
 
 def _study_main(study_dir: str, out: str | None, plots: bool, metric: str | None, target: float | None = None,
-                direction: str | None = None) -> int:
+                direction: str | None = None, formats: Sequence[str] = ("png",)) -> int:
     """The study report: print the markdown, write report.md, table.csv and the figures."""
     return print_written("analysis.report", lambda: write_study_report(study_dir, out, plots=plots, metric=metric,
-                                                                       target=target, direction=direction))
+                                                                       target=target, direction=direction,
+                                                                       formats=formats))
 
 
 if __name__ == "__main__":

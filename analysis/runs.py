@@ -100,6 +100,13 @@ class Run:
         return self.path.name
 
     @property
+    def title(self) -> str:
+        """How figures name the run: its method, topology, peers and data partition (not its folder name)."""
+        parts = [f"{self.config.get('algorithm', '?')} on {self.config.get('topology', '?')}",
+                 f"{self.config.get('peers', '?')} peers"]
+        return ", ".join(parts + ([self.partition_label] if self.partition_label else []))
+
+    @property
     def algorithm(self) -> str:
         return self.config["algorithm"]
 

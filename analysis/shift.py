@@ -175,7 +175,8 @@ def shift_table(study: Study, metric: str, axis: str, reference: str) -> tuple[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.shift", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m analysis.shift",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("study", help="a study folder (with plan.json)")
     parser.add_argument("--axis", default="data")
     parser.add_argument("--reference", default="iid")

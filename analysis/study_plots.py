@@ -1,9 +1,11 @@
 """Figures of a study report (analysis.study), written into the report folder.
 
 Groups (points that differ only by seed) are drawn as one mark or line with its 95% Student-t interval over the
-seeds; groups that share the labels of every axis but ``topology`` form one series (one colour). In a study whose
-arms set the topology in their options (no ``topology`` axis), the measure figures mark each arm with its own
-shape instead, coloured by the other axes, arms at one measure side by side. Each figure
+seeds (with fewer than MIN_T_SEEDS seeds, whose t-interval is wider than anything the metric can take, their
+min–max instead, said in the legend and title), each clipped to the range the metric can take (accuracies: [0,
+1]; analysis.labels); groups that share the labels of every axis but ``topology`` form one series (one colour).
+In a study whose arms set the topology in their options (no ``topology`` axis), the measure figures mark each
+arm with its own shape instead, coloured by the other axes, arms at one measure side by side. Each figure
 function returns the written path, or None when the runs lack its data; files are replaced atomically.
 """
 from __future__ import annotations
@@ -21,22 +23,25 @@ from matplotlib.transforms import offset_copy
 
 from p2pfl.records import AVG, SIM_TIME, UNTRAINED
 
+from .labels import axis_label, metric_label, metric_range
 from .metric_panels import BYTES, X_LABELS
-from .metric_plots import metric_label
 from .runs import ROUND, Run, cumulative_bytes_per_peer, is_number
-from .study import MEASURES, Group, Study, mean_ci
+from .study import MEASURES, Group, Interval, Study, mean_ci
 from .style import (
     BAND_ALPHA,
     PALETTE,
+    ZERO_LABEL,
     bytes_axis,
     draw_band,
     draw_reference,
+    draw_zeros,
     grid,
     legend,
     new_figure,
     save,
     spans,
     styled,
+    wrapped,
 )
 
 __all__ = ["plot_study", "plot_gap", "plot_measures", "plot_metric_rounds", "plot_metric_time", "plot_consensus",
@@ -72,25 +77,58 @@ def _all_runs(study: Study) -> list[Run]:
     return [run for group in study.groups for run in _runs(group)]
 
 
-def _band(curves: Iterable[dict[float, float]]) -> Band:
-    """Mean and 95% interval over seeds at each round (an interval of zero width where only one seed has it)."""
+#: Below this many seeds a group's spread is its min–max: a t-interval over 2 seeds is ±12.7 standard errors.
+MIN_T_SEEDS = 3
+
+
+def spread(values: Iterable[float], metric: str | None = None) -> Interval | None:
+    """Mean and spread of a group's values over seeds: the 95% t-interval from MIN_T_SEEDS seeds on, the min–max
+    below (one seed: none), clipped to the metric's range (analysis.labels.metric_range); None for no values."""
+    xs = list(values)
+    iv = mean_ci(xs) if len(xs) >= MIN_T_SEEDS else None if not xs else Interval(
+        float(np.mean(xs)), len(xs), *((min(xs), max(xs)) if len(xs) > 1 else (None, None)))
+    if iv is None or iv.low is None or iv.high is None or metric is None:
+        return iv
+    low, high = metric_range(metric)
+    clip = float(np.clip(iv.low, low, high)), float(np.clip(iv.high, low, high))
+    return Interval(iv.mean, iv.n, *clip)
+
+
+def fewest_seeds(study: Study) -> int:
+    """The fewest finished seeds of any group that has one (0: none has)."""
+    return min((g.n_done for g in study.groups if g.n_done), default=0)
+
+
+def spread_words(study: Study) -> str:
+    """What a study figure's intervals are, for its title and legend."""
+    fewest = fewest_seeds(study)
+    if fewest >= MIN_T_SEEDS:
+        return "95% CI over seeds"
+    if all(g.n_done < MIN_T_SEEDS for g in study.groups if g.n_done):
+        return f"min–max over seeds: n\u00a0=\u00a0{fewest}\u00a0<\u00a0{MIN_T_SEEDS}, no t-interval"
+    return f"95% CI over seeds; min–max where n\u00a0<\u00a0{MIN_T_SEEDS}"
+
+
+def final_spread(group: Group, metric: str) -> Interval | None:
+    """``spread`` of a group's final metric over its finished seeds."""
+    return spread([m[metric] for m in (p.final_metrics() for p in group.done) if metric in m], metric)
+
+
+def _band(curves: Iterable[dict[float, float]], metric: str | None = None) -> Band:
+    """Mean and spread (``spread``) over seeds at each round (of zero width where only one seed has it)."""
     by_x: dict[float, list[float]] = {}
     for curve in curves:
         for x, y in curve.items():
             by_x.setdefault(x, []).append(y)
     xs = sorted(by_x)
-    ivs = [mean_ci(by_x[x]) for x in xs]
+    ivs = [spread(by_x[x], metric) for x in xs]
     means = [iv.mean for iv in ivs]
     return (xs, means, [iv.low if iv.low is not None else iv.mean for iv in ivs],
             [iv.high if iv.high is not None else iv.mean for iv in ivs])
 
 
-#: The legend entry that names the shaded bands of a study figure (analysis.style: a spread is a band).
-CI_KEY = "shaded: 95% CI over seeds"
-
-
-def _ci_key() -> tuple[Patch, str]:
-    return Patch(facecolor="0.5", alpha=BAND_ALPHA, linewidth=0), CI_KEY
+def _ci_key(study: Study) -> tuple[Patch, str]:
+    return Patch(facecolor="0.5", alpha=BAND_ALPHA, linewidth=0), f"shaded: {spread_words(study)}"
 
 
 def _draw_band(ax, band: Band, line_colour: str, label: str, style: str = "-", fill: bool = True) -> None:
@@ -157,7 +195,7 @@ def _against(ax, study: Study, metric: str, measure: str, key: bool = True) -> b
     else:
         drawn = _against_arms(ax, study, metric, measure, carrying, key)
     ax.set_xlabel(MEASURES[measure])
-    ax.set_ylabel(f"final {metric_label(metric)}")
+    ax.set_ylabel(axis_label(metric, "final "))
     ax.margins(x=0.1, y=0.08)  # room for the labels and dodged marks beside the outermost values
     return drawn
 
@@ -168,11 +206,10 @@ def _against_arms(ax, study: Study, metric: str, measure: str, carrying: list[st
         return _series_key(study, group, carrying), ", ".join(group.axes[a] for a in carrying)
 
     # colours and markers from every group with the metric, so that they mean the same in every panel
-    scored = [(g, iv) for g in study.groups if (iv := g.interval(metric)) is not None]
+    scored = [(g, iv) for g in study.groups if (iv := final_spread(g, metric)) is not None]
     colour_keys = list(dict.fromkeys(keys(g)[0] for g, _ in scored))
     marker_keys = list(dict.fromkeys(keys(g)[1] for g, _ in scored))
-    marks = [(x, iv.mean, iv.half_width or 0.0, *keys(g))
-             for g, iv in scored if (x := g.measure(measure)) is not None]
+    marks = [(x, iv.mean, _error(iv), *keys(g)) for g, iv in scored if (x := g.measure(measure)) is not None]
     at_x: dict[float, list[int]] = {}
     for i, m in enumerate(marks):
         at_x.setdefault(m[0], []).append(i)
@@ -180,12 +217,12 @@ def _against_arms(ax, study: Study, metric: str, measure: str, carrying: list[st
     for x, members in at_x.items():
         members.sort(key=lambda i: (marker_keys.index(marks[i][4]), colour_keys.index(marks[i][3])))
         for k, i in enumerate(members):
-            _, y, half, colour_key, marker_key = marks[i]
+            _, y, (below, above), colour_key, marker_key = marks[i]
             shift = offset_copy(ax.transData, fig=fig, x=(k - (len(members) - 1) / 2) * DODGE_PT, units="points")
-            ax.errorbar([x], [y], yerr=[half], fmt=MARKERS[marker_keys.index(marker_key) % len(MARKERS)],
+            ax.errorbar([x], [y], yerr=[[below], [above]], fmt=MARKERS[marker_keys.index(marker_key) % len(MARKERS)],
                         color=PALETTE[colour_keys.index(colour_key) % len(PALETTE)], capsize=2, markersize=5,
                         elinewidth=1, transform=shift)
-            ax.update_datalim([(x, y - half), (x, y + half)])  # artists off transData do not extend the limits
+            ax.update_datalim([(x, y - below), (x, y + above)])  # artists off transData do not extend the limits
     ax.autoscale_view()
     handles = [Line2D([], [], color=PALETTE[i % len(PALETTE)], marker="s", linestyle="", label=name)
                for i, name in enumerate(colour_keys)]
@@ -196,35 +233,49 @@ def _against_arms(ax, study: Study, metric: str, measure: str, carrying: list[st
     return bool(marks)
 
 
+def _error(iv: Interval) -> tuple[float, float]:
+    """An error bar's (below, above) the mean: a clipped or min–max spread need not be symmetric."""
+    if iv.low is None or iv.high is None:
+        return 0.0, 0.0
+    return max(iv.mean - iv.low, 0.0), max(iv.high - iv.mean, 0.0)
+
+
 def _against_lines(ax, study: Study, metric: str, measure: str) -> bool:
     """``_against`` for a study with a topology axis: one series (line) per combination of the other axes."""
     colours = _colours(study)
-    series: dict[str, list[tuple[float, float, float, str]]] = {}
+    series: dict[str, list[tuple[float, float, tuple[float, float], str]]] = {}
     for group in study.groups:
-        iv, x = group.interval(metric), group.measure(measure)
+        iv, x = final_spread(group, metric), group.measure(measure)
         if iv is None or x is None:
             continue
-        half = iv.half_width if iv.half_width is not None else 0.0
-        series.setdefault(_series_key(study, group), []).append((x, iv.mean, half, _topology(group)))
+        series.setdefault(_series_key(study, group), []).append((x, iv.mean, _error(iv), _topology(group)))
     for key, marks in series.items():
         marks.sort()
         xs, ys, err, names = zip(*marks)
-        ax.errorbar(xs, ys, yerr=err, fmt="-o", color=colours[key], capsize=4, markersize=5, label=key)
+        ax.errorbar(xs, ys, yerr=np.transpose(err), fmt="-o", color=colours[key], capsize=4, markersize=5, label=key)
         for x, y, name in zip(xs, ys, names):
             ax.annotate(name, (x, y), fontsize=7.5, xytext=(4, 4), textcoords="offset points")
     legend(ax)
     return bool(series)
 
 
+def measured(study: Study, measure: str) -> set[float]:
+    """The distinct values of a topology measure over the study's groups (fewer than 2: nothing to plot against)."""
+    return {x for g in study.groups if (x := g.measure(measure)) is not None}
+
+
 @styled
 def plot_gap(study: Study, metric: str, out_dir: Path) -> Path | None:
     """spectral_gap.png: the final metric of each group against its topology's spectral gap 1 − |λ2(W)|, error
-    bars the 95% interval over seeds; one series per combination of the other axes."""
+    bars the spread over seeds (``spread``); one series per combination of the other axes; not drawn when every
+    group has the same gap."""
+    if len(measured(study, "spectral_gap")) < 2:
+        return None  # one topology's gap: a column of marks on an axis of nothing
     fig = new_figure(6.5, 4.5)
     ax = fig.add_subplot(1, 1, 1)
     if not _against(ax, study, metric, "spectral_gap"):
         return None
-    ax.set_title(f"{study.name}: final {metric} (95% CI over seeds)")
+    ax.set_title(wrapped(f"{study.name}: final {metric_label(metric)} ({spread_words(study)})", 6.5))
     fig.tight_layout()
     return save(fig, out_dir / "spectral_gap.png")
 
@@ -233,17 +284,21 @@ def plot_gap(study: Study, metric: str, out_dir: Path) -> Path | None:
 def plot_measures(study: Study, metric: str, out_dir: Path) -> Path | None:
     """measures.png: the final metric against the spectral gap, p and n_eff side by side (SPEC §10), mean and 95%
     interval over seeds per group; a panel whose measure no run has (n_eff of one-way graphs) says so."""
+    if all(len(measured(study, measure)) < 2 for measure in MEASURES):
+        return None
     fig = new_figure(15, 4.5)
     drawn = False
     for i, measure in enumerate(MEASURES):
         ax = fig.add_subplot(1, len(MEASURES), i + 1)
-        here = _against(ax, study, metric, measure, key=i == len(MEASURES) - 1)
+        values = measured(study, measure)
+        here = len(values) >= 2 and _against(ax, study, metric, measure, key=i == len(MEASURES) - 1)
         if not here:
-            ax.text(0.5, 0.5, f"no {measure}", ha="center", va="center", transform=ax.transAxes)
+            ax.text(0.5, 0.5, f"{measure} {next(iter(values)):.3g} for every group" if values else f"no {measure}",
+                    ha="center", va="center", transform=ax.transAxes)
         drawn |= here
     if not drawn:
         return None
-    fig.suptitle(f"{study.name}: final {metric} against the topology measures (95% CI over seeds)")
+    fig.suptitle(f"{study.name}: final {metric_label(metric)} against the topology measures ({spread_words(study)})")
     fig.tight_layout()
     return save(fig, out_dir / "measures.png")
 
@@ -281,6 +336,8 @@ def _multi_panel(study: Study, out: Path, title: str, ylabel: str, draw, log: bo
             ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes)
         elif log and spans(ax, 10):  # a log axis over less than a decade has no labelled tick
             ax.set_yscale("log")
+        elif log:  # linear after all: from 0, where the exact zeros' marks on the bottom edge then sit
+            ax.set_ylim(bottom=0.0)
         if here and reference is not None:
             draw_reference(ax, reference, "untrained model")
         if x == ROUND:
@@ -289,11 +346,11 @@ def _multi_panel(study: Study, out: Path, title: str, ylabel: str, draw, log: bo
         ax.set_xlabel(X_LABELS[x])
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
-        legend(ax, extra=[_ci_key()])
+        legend(ax, extra=[_ci_key(study)])
     if not drawn:
         return None
     _share_x_from_zero(fig.axes)
-    fig.suptitle(title)
+    fig.suptitle(wrapped(title, fig.get_figwidth()))
     fig.tight_layout()
     return save(fig, out)
 
@@ -305,11 +362,12 @@ def plot_metric_rounds(study: Study, metric: str, out_dir: Path) -> Path | None:
         curves = [dict(zip(*run.series(metric, source="evals"))) for run in _runs(group)]
         if not any(curves):
             return False
-        _draw_band(ax, _band(c for c in curves if c), colour, label)
+        _draw_band(ax, _band((c for c in curves if c), metric), colour, label)
         return True
 
-    return _multi_panel(study, out_dir / "metric_rounds.png", f"{study.name}: {metric} (mean, 95% CI over seeds)",
-                        metric_label(metric), draw, reference=_untrained(_all_runs(study), metric))
+    return _multi_panel(study, out_dir / "metric_rounds.png",
+                        f"{study.name}: {metric_label(metric)} (mean, {spread_words(study)})",
+                        axis_label(metric), draw, reference=_untrained(_all_runs(study), metric))
 
 
 def held(curve: dict[float, float], xs: Iterable[float]) -> dict[float, float]:
@@ -333,35 +391,44 @@ def plot_metric_time(study: Study, metric: str, out_dir: Path) -> Path | None:
         if not curves:
             return False
         times = sorted({t for c in curves for t in c})
-        _draw_band(ax, _band(held(c, times) for c in curves), colour, label)
+        _draw_band(ax, _band((held(c, times) for c in curves), metric), colour, label)
         return True
 
     return _multi_panel(study, out_dir / "metric_time.png",
-                        f"{study.name}: {metric} against simulated time (mean, 95% CI over seeds)",
-                        metric_label(metric), draw,
+                        f"{study.name}: {metric_label(metric)} against simulated time (mean, {spread_words(study)})",
+                        axis_label(metric), draw,
                         empty="no simulated time", x=SIM_TIME, reference=_untrained(_all_runs(study), metric))
 
 
 def plot_consensus(study: Study, out_dir: Path) -> Path | None:
-    """consensus.png: consensus distance against round (log scale), mean over seeds with its 95% band, and the
-    mean of the runs' spectral predictions c·Π σ2(W_t)² (dashed; Run.spectral_prediction)."""
+    """consensus.png: consensus distance against round (log scale), mean over seeds with its band (``spread``),
+    and the mean of the runs' spectral predictions c·Π σ2(W_t)² (dashed; Run.spectral_prediction). Rounds at
+    which every seed is at exact consensus (0, which a log axis cannot show: the complete graph) are marked on
+    the panel's bottom edge and named in the legend, not dropped as if missing."""
     def draw(ax, group: Group, colour, label: str) -> bool:
         runs = _runs(group)
-        curves = [{x: y for x, y in zip(*run.series("consensus_distance")) if y > 0} for run in runs]
-        if not any(curves):
+        series = [dict(zip(*run.series("consensus_distance"))) for run in runs]
+        curves = [{x: y for x, y in c.items() if y > 0} for c in series]
+        zeros = sorted(set.intersection(*(set(x for x, y in c.items() if y == 0) for c in series))) if series else []
+        if not any(curves) and not zeros:
             return False
-        _draw_band(ax, _band(c for c in curves if c), colour, f"{label}: measured")
+        if any(curves):
+            _draw_band(ax, _band((c for c in curves if c), "consensus_distance"), colour, f"{label}: measured")
+        draw_zeros(ax, zeros, colour, f"{label}: {ZERO_LABEL}")
         predicted = [dict(zip(*p)) for p in (run.spectral_prediction() for run in runs) if p is not None]
         if any(predicted):
             xs, mean, _, _ = _band(p for p in predicted if p)
             keep = [(x, y) for x, y in zip(xs, mean) if y > 0]
             if keep:
                 ax.plot(*zip(*keep), "--", color=colour, label=f"{label}: c·Π σ2(W_t)²")
+        if zeros:  # the marks on the edge do not extend the x range
+            ax.update_datalim([(min(zeros), 1.0), (max(zeros), 1.0)], updatey=False)
         return True
 
-    return _multi_panel(study, out_dir / "consensus.png", f"{study.name}: consensus distance and gossip alone",
-                        "consensus distance", draw, log=True,
-                        empty="no positive consensus distance\n(exact averaging, or not recorded)")
+    return _multi_panel(study, out_dir / "consensus.png",
+                        f"{study.name}: consensus distance and gossip alone (mean, {spread_words(study)})",
+                        axis_label("consensus_distance"), draw, log=True,
+                        empty="no consensus distance recorded")
 
 
 def plot_bytes(study: Study, metric: str, out_dir: Path) -> Path | None:
@@ -389,7 +456,7 @@ def bytes_figure(study: Study, metric: str) -> Figure | None:
             values.append(evals)
         if not any(values):
             continue
-        rounds, mean, low, high = _band(v for v in values if v)
+        rounds, mean, low, high = _band((v for v in values if v), metric)
         x_mean = _band(s for s in sent if s)[1]
         style = styles[series.index(_series_key(study, group)) % len(styles)]
         _draw_band(ax, (x_mean, mean, low, high), PALETTE[i % len(PALETTE)], group.label, style)
@@ -400,9 +467,9 @@ def bytes_figure(study: Study, metric: str) -> Figure | None:
     if reference is not None:
         draw_reference(ax, reference, "untrained model")
     ax.set_xlabel(f"{X_LABELS[BYTES]} ({bytes_axis(ax, ax.get_xlim()[1])})")
-    ax.set_ylabel(metric_label(metric))
-    ax.set_title(f"{study.name}: {metric} against traffic (mean, 95% CI over seeds)")
-    legend(ax, extra=[_ci_key()])
+    ax.set_ylabel(axis_label(metric))
+    ax.set_title(wrapped(f"{study.name}: {metric_label(metric)} against traffic (mean, {spread_words(study)})", 7))
+    legend(ax, extra=[_ci_key(study)])
     fig.tight_layout()
     return fig
 

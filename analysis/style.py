@@ -9,14 +9,18 @@ Sizes, colours and line widths live here, with the conventions every panel follo
 - the headline line (the network-average model) is drawn last, on top.
 
 Figures are built on matplotlib's Agg canvas directly (no pyplot state, no display), inside ``styled`` so the
-rc settings below apply, and saved atomically (``save``).
+rc settings below apply, and saved atomically (``save``) in each format ``plot_formats`` names (``--plot-format
+png,pdf,svg``; PNG by default): ``metrics.png`` is also written as ``metrics.pdf`` and ``metrics.svg``.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import io
 import math
-from collections.abc import Callable, Sequence
+import textwrap
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,11 +33,14 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from p2pfl.config import plot_format_names
 from p2pfl.runtime.files import write_atomic
+from topologies.plot import contrast_text, luminance
 
 __all__ = ["PALETTE", "AVG_COLOUR", "PEER_COLOUR", "REFERENCE_COLOUR", "BAND_ALPHA", "LINE_WIDTH", "REFERENCE_STYLE",
-           "RC", "styled", "grid", "new_figure", "save", "colour", "luminance", "text_colour", "draw_band",
-           "draw_reference", "legend", "byte_unit", "bytes_axis", "spans"]
+           "RC", "styled", "wrapped", "grid", "new_figure", "save", "plot_formats", "saved_files", "colour",
+           "luminance", "contrast_text", "text_colour", "draw_band", "draw_reference", "draw_zeros", "ZERO_LABEL",
+           "legend", "byte_unit", "bytes_axis", "spans"]
 
 #: Okabe–Ito: distinguishable with the common colour-vision deficiencies and in greyscale print.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
@@ -74,12 +81,49 @@ def new_figure(width: float, height: float) -> Figure:
     return fig
 
 
+_FORMATS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("plot_formats", default=("png",))
+
+
+@contextlib.contextmanager
+def plot_formats(formats: str | Sequence[str] | None) -> Iterator[tuple[str, ...]]:
+    """Within the block, ``save`` writes each figure in these formats (a --plot-format value: "png,pdf", or a
+    sequence; None keeps the current ones). ValueError naming the format for one matplotlib is not asked for."""
+    names = _FORMATS.get() if formats is None else tuple(plot_format_names(
+        formats if isinstance(formats, str) else ",".join(formats)))
+    token = _FORMATS.set(names)
+    try:
+        yield names
+    finally:
+        _FORMATS.reset(token)
+
+
+def saved_files(path: Path) -> list[Path]:
+    """The files ``save(fig, path)`` writes under the current formats."""
+    return [path.with_suffix(f".{fmt}") for fmt in _FORMATS.get()]
+
+
 def save(fig: Figure, path: Path) -> Path:
-    """Save ``fig`` as PNG to ``path`` atomically, at the print resolution."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    write_atomic(path, buf.getvalue())
-    return path
+    """Save ``fig`` atomically to ``path`` in every current format (``plot_formats``; the suffix replaced), raster
+    formats at the print resolution, PDF and SVG as vectors; return the first file written."""
+    files = saved_files(path)
+    for file in files:
+        buf = io.BytesIO()
+        fig.savefig(buf, format=file.suffix[1:], dpi=DPI, metadata=_METADATA.get(file.suffix[1:]))
+        write_atomic(file, buf.getvalue())
+    return files[0]
+
+
+#: No creation date in vector files, so the same run draws the same bytes.
+_METADATA: dict[str, dict[str, Any]] = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}
+
+
+#: Characters of a title (10 pt) that fit one inch of figure width.
+TITLE_CHARS_PER_INCH = 11
+
+
+def wrapped(title: str, width_in: float) -> str:
+    """``title`` broken into lines that fit a figure ``width_in`` inches wide (at word boundaries)."""
+    return "\n".join(textwrap.wrap(title, max(30, int(TITLE_CHARS_PER_INCH * width_in)), break_long_words=False))
 
 
 def grid(n: int) -> tuple[int, int]:
@@ -91,12 +135,6 @@ def grid(n: int) -> tuple[int, int]:
 def colour(i: int) -> str:
     """The i-th series colour (cycling)."""
     return PALETTE[i % len(PALETTE)]
-
-
-def luminance(colour: str) -> float:
-    """WCAG relative luminance of a colour (0 black .. 1 white)."""
-    channels = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in to_rgb(colour)]
-    return 0.2126 * channels[0] + 0.7152 * channels[1] + 0.0722 * channels[2]
 
 
 def text_colour(colour: str, contrast: float = 3.0) -> tuple[float, float, float]:
@@ -114,6 +152,18 @@ def draw_band(ax: Axes, xs: Sequence[float], low: Sequence[float], high: Sequenc
               label: str | None) -> None:
     """A spread as a shaded band from ``low`` to ``high``, under the lines (zorder 1)."""
     ax.fill_between(xs, low, high, color=colour, alpha=BAND_ALPHA, linewidth=0, label=label, zorder=1)
+
+
+#: The legend entry of exact zeros on a log axis (which cannot show 0): a marker on the panel's bottom edge.
+ZERO_LABEL = "exactly 0 (marked at the bottom)"
+
+
+def draw_zeros(ax: Axes, xs: Sequence[float], colour: str, label: str | None = ZERO_LABEL) -> None:
+    """Values that are exactly 0 on a log y axis: a hollow triangle at each x on the panel's bottom edge (x in
+    data, y in axes coordinates), so exact consensus reads as such, not as missing data."""
+    if len(xs):
+        ax.scatter(xs, [0.0] * len(xs), transform=ax.get_xaxis_transform(), marker="v", s=28, clip_on=False,
+                   facecolors="none", edgecolors=colour, linewidths=1.2, zorder=5, label=label)
 
 
 def draw_reference(ax: Axes, value: float, label: str) -> None:
@@ -139,7 +189,7 @@ def spans(ax: Axes, factor: float) -> bool:
     """Whether the panel's data are all positive and span at least ``factor`` from lowest to highest (then a log
     axis shows them better; below a decade a log axis has no labelled tick)."""
     low, high = ax.dataLim.intervaly
-    return bool(low > 0 and high / low >= factor)
+    return bool(math.isfinite(low) and math.isfinite(high) and low > 0 and high / low >= factor)
 
 
 BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))

@@ -1,4 +1,5 @@
-"""One run's metrics.jsonl records as a tidy table: one row per value (round, kind, metric, peer, value).
+"""One run's metrics.jsonl records as a tidy table: one row per value (round, kind, metric, base, model, statistic,
+peer, value).
 
 The rule is the same for every record, so a key a method adds appears without a change here:
 
@@ -14,19 +15,33 @@ The rule is the same for every record, so a key a method adds appears without a 
 - one row is derived: a full round record's `active` list gives `active_count`, its length, the number a
   summarised record holds itself (analysis.runs.active_count), so every finished round has it.
 
+Each row also names what its value is, in three columns, so that a groupby need not parse names (`metric_parts`):
+`base` (the metric without its suffix: `test_acc` for `test_acc_avg`, `loss` for `loss_stats.mean`), `model`
+("average": the network-average model, `_avg`; "untrained": the common initialisation, `_untrained`; "peer": a
+peer's own model, or a statistic over the peers; None: a network-level value) and `statistic` (over the peers:
+"mean", "min", "max", "std", "count", ... for `_peer_mean`, a round record's `<name>_mean` and `_stats.<field>`;
+None for a value of its own). A peer's values are thus the rows with model "peer" and no statistic: a groupby over
+them never counts the `_peer_*` statistics, which repeat them, twice.
+
 Reads only the records' keys (p2pfl.records); pandas is imported here, not by `import analysis`.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import pandas as pd
 
-from p2pfl.records import STATS, numeric_leaves
+from p2pfl.records import AVG, MEAN, PEER_MAX, PEER_MEAN, PEER_MIN, STATS, UNTRAINED, numeric_leaves
 
 #: The columns of a run's records, in order (a study frame puts its labels before them).
-COLUMNS = ("round", "kind", "metric", "peer", "value")
+COLUMNS = ("round", "kind", "metric", "base", "model", "statistic", "peer", "value")
+#: The `model` column's values: the network-average model, the untrained one, the peers' own.
+AVERAGE, UNTRAINED_MODEL, PEER = "average", "untrained", "peer"
+#: Eval metric suffixes naming a model and a statistic over the peers (p2pfl.records), longest first.
+_SUFFIXES = ((PEER_MEAN, PEER, "mean"), (PEER_MIN, PEER, "min"), (PEER_MAX, PEER, "max"), (AVG, AVERAGE, None),
+             (UNTRAINED, UNTRAINED_MODEL, None))
 #: Keys that name a record rather than hold a value: the columns `round` and `kind`, and flags.
 _STRUCTURE = frozenset({"type", "round", "summarised", "final"})
 #: The number of peers that took part in a round (a summarised record's own key).
@@ -34,7 +49,8 @@ ACTIVE_COUNT = "active_count"
 #: The eval record's containers whose keys are the metric names themselves.
 _UNPREFIXED = ("metrics", "per_peer")
 
-Row = tuple[int, str, str, "int | None", float]
+Row = tuple[int, str, str, str, "str | None", "str | None", "int | None", float]
+Parts = tuple[str, "str | None", "str | None"]
 
 
 def leaves(name: str, value: Any) -> Iterator[tuple[str, int | None, float]]:
@@ -60,10 +76,41 @@ def record_values(record: Mapping[str, Any]) -> Iterator[tuple[str, int | None, 
             yield from leaves(key, value)
 
 
+def _per_peer_names(record: Mapping[str, Any]) -> set[str]:
+    """The names of a record's per-peer values: a round record's {peer: value} fields and `<name>_stats`, an eval
+    record's per-peer metrics (their `_avg`-like endings are part of the name: `drift_to_avg`)."""
+    if record.get("type") == "eval":
+        return {k for m in (record.get("per_peer") or {}).values() for k in m} | set(record.get("per_peer_stats")
+                                                                                       or {})
+    return {k for k, v in record.items() if isinstance(v, dict)} | {k.removesuffix(STATS) for k in record
+                                                                   if k.endswith(STATS)}
+
+
+def metric_parts(metric: str, peer: int | None, per_peer: AbstractSet[str] = frozenset()) -> Parts:
+    """(base, model, statistic) of one row (the module's rule); `per_peer` the record's per-peer names, which
+    tell a round record's `<name>_mean` (a mean over the peers of `<name>`) from a metric that ends so."""
+    if peer is not None:
+        return metric, PEER, None
+    head, dot, field = metric.rpartition(".")
+    if dot and head.endswith(STATS):
+        return head.removesuffix(STATS), PEER, field
+    if metric.endswith(MEAN) and metric.removesuffix(MEAN) in per_peer:
+        return metric.removesuffix(MEAN), PEER, "mean"
+    if metric not in per_peer:
+        for suffix, model, statistic in _SUFFIXES:
+            if metric.endswith(suffix) and len(metric) > len(suffix):
+                return metric.removesuffix(suffix), model, statistic
+    return metric, None, None
+
+
 def record_rows(records: Iterable[Mapping[str, Any]]) -> list[Row]:
     """The rows of `records` (round and eval records, in file order)."""
-    return [(int(r["round"]), str(r["type"]), metric, peer, value)
-            for r in records for metric, peer, value in record_values(r)]
+    rows: list[Row] = []
+    for r in records:
+        per_peer = _per_peer_names(r)
+        rows += [(int(r["round"]), str(r["type"]), metric, *metric_parts(metric, peer, per_peer), peer, value)
+                 for metric, peer, value in record_values(r)]
+    return rows
 
 
 def records_table(rows: list[tuple], columns: Iterable[str]) -> pd.DataFrame:

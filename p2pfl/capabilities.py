@@ -4,6 +4,9 @@ method's name; a leaf module, so that the configuration's checks read them witho
 #: --mode async runs the method (AD-PSGD): `async_vector` / `load_async_vector` read and write the vector a pair
 #: averages, and its peers' records hold a `scheme` dict, where the pending update waits.
 ASYNCHRONOUS = "asynchronous"
+#: A topology that moves models between peers (teleport) may hand its peers' models over: `carried` / `carry` read
+#: and write the vector a peer's model is (what gossip mixes), and the hand-over moves it as a message.
+HANDS_OVER = "hands-over"
 #: Its `local_loss` takes a batch of several peers, so a rank's co-located peers may train peer-stacked
 #: (--batch-peers; p2pfl.algorithms.trainer).
 BATCHABLE = "batchable"
@@ -35,3 +38,9 @@ SEQUENCE_LABELS = "sequence-labels"
 #: --validation may carve a held-out split from the training data for it to be scored on instead (the learners; not
 #: consensus or the quadratic problem, which have no data, nor FedMuscle, whose tasks load their own).
 HOLDS_OUT = "holds-out"
+#: Its loss is a mean over the batch of per-sample terms, each depending on its own sample only (and on reference
+#: models' outputs for that sample), so each sample's gradient is its own: DP-SGD's per-sample clipping applies
+#: (--dp-clip, p2pfl.privacy.dp_sgd). The supervised learners declare it; a loss that couples the samples of a batch
+#: (contrastive SSL: SimCLR's negatives are the batch's other samples) cannot, nor a model with BatchNorm's batch
+#: statistics (refused when the model is built).
+PER_SAMPLE = "per-sample-gradients"

@@ -20,6 +20,7 @@ from p2pfl.config import (
     load_yaml,
     options,
 )
+from p2pfl.runtime import console
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,10 +40,13 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The command line of `python -m p2pfl.run`, generated from the options (their help: p2pfl.cli_help); every
     value is read as a string here and converted by `_convert`, so a bad one is the project's one-line error."""
-    parser = _Parser(prog="python -m p2pfl.run", add_help=False, argument_default=argparse.SUPPRESS)
+    parser = _Parser(prog="python -m p2pfl.run", add_help=False, argument_default=argparse.SUPPRESS,
+                     allow_abbrev=False)  # --round is no --rounds (a YAML key is never abbreviated either)
     parser.add_argument("-h", "--help", nargs="?", const=None, metavar="TOPIC")
     parser.add_argument("--config")
     parser.add_argument("--print-config", action="store_true")
+    parser.add_argument("--quiet", action="store_true")  # the console's, not the run's: p2pfl.runtime.console
+    parser.add_argument("--verbose", action="store_true")
     for f in options():
         typ = _field_type(f)
         if typ is bool:
@@ -82,4 +86,6 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RunConfig, bool]:
         raise ConfigError(message)
 
     parser.error = fail  # type: ignore[method-assign]
-    return from_options(vars(parser.parse_args(argv)))
+    given = vars(parser.parse_args(argv))
+    console.set_level(console.verbosity(given.pop("quiet", None), given.pop("verbose", None)))
+    return from_options(given)

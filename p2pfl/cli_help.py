@@ -97,26 +97,41 @@ def page(algorithm: str) -> str:
     from p2pfl.registry import KINDS
     kinds = {r.kind: _word(r) for r in KINDS.values()}
     lines = [
-        "usage: python -m p2pfl.run [-h [TOPIC]] [--config FILE] [--print-config] [--OPTION VALUE ...]  (under mpirun, "
-        "or alone)",
+        "usage: python -m p2pfl.run [-h [TOPIC]] [--config FILE] [--print-config] [--quiet | --verbose] "
+        "[--OPTION VALUE ...]  (under mpirun, or alone)",
         "Peers that learn together over a graph. --config FILE: a YAML file of options (flags given here override "
-        "it); --print-config: print the resolved configuration and exit.",
+        "it); --print-config: print the resolved configuration and exit; --quiet: warnings and errors only (no "
+        "banner, progress or summary); --verbose: debug messages too (the console, not the run: docs/logging.md).",
         f"Defaults as --algorithm {algorithm} runs (*: its own values; --algorithm X --help shows X's). --help TOPIC "
         f"in full: {ALL}, a kind ({', '.join(kinds.values())}), a method, a group or an option.",
     ]
     groups = _groups()
+    others = _other_methods_groups(algorithm, groups)
     for group, group_fields in groups.items():
-        if group in kinds:
+        if group in kinds or group in others:
             continue
         lines += ["", f"{group}:"]
         for f in group_fields:
             left = f"  {_flag(f)} {_metavar(f)}".rstrip()
             lines.append(f"{left:<32}  {_summary(f.metadata['help'])}{_default(f, own)}".rstrip())
+    if others:  # a line a method whose own options this method does not read
+        lines += ["", f"other methods' own options (--algorithm {algorithm} does not read them; --help METHOD):"]
+        lines += [f"  {group}: " + ", ".join(_named(f) for f in groups[group]) for group in others]
     own_options = [(group, fs) for group, fs in groups.items() if group in kinds]
     if own_options:  # a line a kind, however many components (plug-ins too) add options
         lines += ["", "the components' own options (--help KIND: each with its meaning, range and default):"]
         lines += [f"  {kinds[group]}: " + ", ".join(_named(f) for f in fs) for group, fs in own_options]
     return "\n".join(lines) + "\n"
+
+
+def _other_methods_groups(algorithm: str, groups: dict[str, list[dataclasses.Field]]) -> list[str]:
+    """The groups that are other methods' own sections, none of whose options `algorithm` reads (p2pfl.ignored)."""
+    from p2pfl.ignored import unread_method_option
+    from p2pfl.options import catalogue
+
+    method = catalogue().get(algorithm)
+    return [group for group, fs in groups.items()
+            if all(unread_method_option(method, f.name) is not None for f in fs)]
 
 
 def _named(f: dataclasses.Field) -> str:

@@ -35,6 +35,8 @@ from p2pfl.options import catalogue
 from p2pfl.options import opt as _opt
 from p2pfl.options import owned as _owned
 from p2pfl.options import sections as _registered
+from p2pfl.privacy.dp_options import check_run as _check_dp
+from p2pfl.privacy.dp_options import dp_on as _dp_on
 from p2pfl.registry import load_all
 from p2pfl.shown import shown
 from p2pfl.yamlfile import safe_load
@@ -106,9 +108,13 @@ class RunConfig:
     eval_every: int = _opt(5, "evaluate every N rounds (0: only at the end)", bounds=">= 0")
     progress: bool = _opt(True, "show a progress bar on rank 0")
     plots: bool = _opt(True, "draw plots into the run folder at the end")
+    plot_format: str = _opt("png", "the plots' file formats, comma-separated: png (150 dpi), pdf, svg (vectors, for "
+                                   "papers)")
     log: str | None = _opt(None, "mirror the records, the configuration and the plots into trackers, comma-separated: "
                                  "tensorboard (<run>/tensorboard), wandb (<run>/wandb, offline unless WANDB_MODE is "
                                  "set); docs/logging.md")
+    log_peers: bool = _opt(False, "--log: each peer's curves too (peers/<metric>/<peer>), beside the statistics over "
+                                  "the peers (records of at most --peer-records peers hold them)")
     peer_records: int = _opt(1000, "records of more peers than N keep each per-peer field as statistics over the "
                                    "peers (mean, std, min, max, count) instead of one value a peer (0: never)",
                              bounds=">= 0 (0: never summarise)")
@@ -127,17 +133,9 @@ class RunConfig:
     gossip: str = _opt("average", "the decentralised optimiser: how a round combines with the network (SPEC §7; "
                                   "each scheme and its options: --help gossip)",
                        _owned("p2pfl.gossip.schemes", "SCHEMES"))
-    gossip_steps: int = _opt(1, "gossip steps S per SGD step: the scheme's round, then S − 1 pure gossip steps (g = 0) "
-                                "on the same round's network (a time-varying graph gives its round's graph S times; "
-                                "link failures are drawn once a round); SGP's published runs took 2. Only the "
-                                "schemes marked multi-step (--help gossip)", bounds=">= 1")
     # compression: what a gossip message holds (SPEC §8, p2pfl.gossip.compress)
     compress: str = _opt("none", "the codec of gossip messages (each codec and its options: --help compress)",
                          _owned("p2pfl.gossip.compress", "CODECS"), section="compression")
-    compress_scope: str = _opt("vector", "what --compress compresses as one vector: the whole mixed vector (vector) "
-                                         "or each of the model's tensors on its own (tensor: its own k, norm and "
-                                         "scale, as ChocoSGD does; docs/compression.md); moot with --compress none",
-                               ("vector", "tensor"), section="compression")
     # time: the simulated clock (SPEC §9, p2pfl.network.timing) and asynchronous gossip
     mode: str = _opt("sync", "sync (rounds) or async (AD-PSGD: each peer computes, then averages with one "
                              "neighbour, in simulated-time order; needs the clock)", _owned("p2pfl.modes", "MODES"),
@@ -230,9 +228,13 @@ class RunConfig:
     probe_epochs: int = _opt(30, "epochs of the linear probe", section="evaluation")
     knn_k: int = _opt(200, "neighbours of the kNN monitor", section="evaluation")
     eval_peers: int | None = _opt(None, "score a seeded sample of N peers at the final evaluation, plus the network "
-                                  "average (default: every peer)", section="evaluation", bounds=">= 1")
-    zeta2_batch: int = _opt(512, "heterogeneity zeta2_avg at every evaluation on the first N samples of each peer's "
-                            "shard (0: off)", section="evaluation", bounds=">= 0")
+                                  "average (default: every peer; 0: the network average alone); identical models "
+                                  "are scored once", section="evaluation", bounds=">= 0")
+    zeta2_batch: int | None = _opt(None, "heterogeneity zeta2_avg at every evaluation on the first N samples of each "
+                                   "peer's shard (0: off; default: the learners at the final evaluation only, on "
+                                   "512 samples, as it costs a forward and backward pass of them a peer; the "
+                                   "quadratic problem's exact gradients at every evaluation)", section="evaluation",
+                                   bounds=">= 0")
     n_eff_gamma: float = _opt(0.951, "decay gamma of the manifest's effective number of neighbours n_eff",
                               section="evaluation", paper="Vogels et al. 2022, fitted on CIFAR-10", bounds="[0, 1)")
     #: Not options: the values of the methods' own options, one frozen section each (p2pfl.options), read as
@@ -240,6 +242,8 @@ class RunConfig:
     method_options: tuple[Any, ...] = field(default_factory=lambda: tuple(cls() for cls in _sections().values()))
     #: Not an option: the options that took the method's default because the user did not set them.
     from_method: tuple[str, ...] = ()
+    #: Not an option: one line per option the user set that the run does not read (p2pfl.ignored).
+    ignored: tuple[str, ...] = ()
 
     def __getattr__(self, name: str) -> Any:
         """A method's option (cfg.muscle_m): the value its section holds (called only for what is not a field)."""
@@ -273,8 +277,8 @@ class RunConfig:
 #: message chunks, how a rank's peers are batched). Any other difference is refused (`check_resume`).
 CONTINUING = frozenset({
     "rounds", "updates", "sim_time", "timeout", "checkpoint_every", "fault", "eval_every", "eval_every_s",
-    "peer_records", "log", "progress", "plots", "resume", "out", "name", "data_dir", "download", "chunk_mb",
-    "cuda_aware_mpi", "batch_peers"})
+    "peer_records", "log", "log_peers", "progress", "plots", "plot_format", "resume", "out", "name", "data_dir",
+    "download", "chunk_mb", "cuda_aware_mpi", "batch_peers"})
 
 #: The order of the options (--help groups, config.yaml, --print-config): the core's groups and, by name, the
 #: methods' sections (p2pfl.options) where they have always stood; a section not named here comes after these,
@@ -463,7 +467,8 @@ def make_config(**values: Any) -> RunConfig:
     from_method = {k: v for k, v in _declared(cfg, "defaults").items() if k not in given}
     cfg = _assemble({**from_method, "from_method": tuple(from_method)}, cfg)
     validate(cfg)
-    return cfg
+    from p2pfl.ignored import ignored_options  # imports the methods' catalogue, as validate has
+    return dataclasses.replace(cfg, ignored=ignored_options(cfg, given))
 
 
 def _declared(cfg: RunConfig, what: str) -> dict[str, Any]:
@@ -510,6 +515,8 @@ def validate(cfg: RunConfig) -> None:
         method = catalogue().get(cfg.algorithm, cfg)
         _check(method.can(HOLDS_OUT), "validation", f"{cfg.algorithm} is not scored on the run's dataset, so it has "
                                                     "no held-out split to carve; run it without --validation")
+    if _dp_on(cfg):  # DP-SGD's section registers with this import; its rules on the method and --resume
+        _check_dp(cfg, _check, catalogue().get(cfg.algorithm, cfg))
     if cfg.crash is not None:
         from p2pfl.network import crash_syntax_error
         error = crash_syntax_error(cfg.crash)
@@ -524,6 +531,9 @@ def validate(cfg: RunConfig) -> None:
     for name in log_names(cfg.log):
         _check(name in trackers, "log", f"unknown tracker '{name}'; allowed: {', '.join(trackers)} (comma-separated), "
                                         "or none")
+    plot_format_names(cfg.plot_format)
+    _check(not cfg.log_peers or bool(log_names(cfg.log)), "log_peers",
+           "mirrors each peer's curves into the trackers; name them with --log tensorboard and/or wandb")
     if cfg.resume is not None:
         _check(os.path.isfile(os.path.join(cfg.resume, "checkpoint", "state.json")), "resume",
                f"no checkpoint in {cfg.resume} (run with --checkpoint-every N first)")
@@ -532,12 +542,14 @@ def validate(cfg: RunConfig) -> None:
         _check(error is None, "name", str(error))
     _validate_methods(cfg, "run")
     _check(cfg.topology != "file" or cfg.graph_file is not None, "graph_file", "required with --topology file")
-    if cfg.topology_params is not None:
-        import topologies
-        try:
-            topologies.topology_params(cfg.topology, cfg.topology_params)
-        except topologies.TopologyError as exc:
-            _check(False, "topology_params", str(exc))
+    import topologies
+    from p2pfl.network.topology_options import params  # --topology-params with the topology's own flags
+    try:
+        merged = params(cfg)
+        if merged is not None:
+            topologies.topology_params(cfg.topology, merged)
+    except topologies.TopologyError as exc:
+        _check(False, "topology_params", str(exc))
     if cfg.graph_file is not None:
         _check(os.path.isfile(cfg.graph_file), "graph_file", f"file not found: {cfg.graph_file}")
     _validate_methods(cfg, "data")
@@ -551,6 +563,20 @@ def validate(cfg: RunConfig) -> None:
         _check(re.fullmatch(r"(raise|silent|nan|diverge)@\d+:\d+", cfg.fault) is not None, "fault",
                "expected 'raise@RANK:ROUND', 'silent@PEER:ROUND', 'nan@PEER:ROUND' or 'diverge@PEER:ROUND', "
                f"got {shown(cfg.fault)}")
+
+
+#: The file formats the plots can be written in (--plot-format; analysis.style.plot_formats).
+PLOT_FORMATS = ("png", "pdf", "svg")
+
+
+def plot_format_names(value: str) -> list[str]:
+    """The formats a --plot-format value names ("png,pdf"), in order, each once; ConfigError for a format not in
+    PLOT_FORMATS, or none."""
+    names = list(dict.fromkeys(part.strip().lower() for part in value.split(",") if part.strip()))
+    bad = [name for name in names if name not in PLOT_FORMATS]
+    _check(bool(names) and not bad, "plot_format", f"unknown format {shown(bad[0]) if bad else shown(value)}; "
+                                                    f"allowed: {', '.join(PLOT_FORMATS)} (comma-separated)")
+    return names
 
 
 def log_names(value: str | None) -> list[str]:

@@ -43,6 +43,7 @@ class RunContext:
     manifest_extra: dict[str, Any] = field(default_factory=dict)
     scheme: Scheme | None = None  # the run's --gossip scheme, built and prepared by p2pfl.run.build_context
     clock: NetworkModel | None = None  # the simulated clock's network model (SPEC §9), None when off
+    curious: Any = None  # the curious peers' attack (p2pfl.curious.observer), None without --curious
 
     @property
     def n_peers(self) -> int:

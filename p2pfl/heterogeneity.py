@@ -1,5 +1,8 @@
 """The heterogeneity at the network average (SPEC §10): ζ² = (1/K) Σ_i ‖∇f_i(x̄) − ∇f(x̄)‖², ∇f the mean of the ∇f_i,
-over the K evaluated peers (alive and honest), measured at every evaluation as `zeta2_avg`.
+over the K evaluated peers (alive and honest), recorded as `zeta2_avg`: at every evaluation where it is asked for
+(--zeta2-batch N) or cheap (the quadratic problem's exact gradients); a learner's costs a forward and backward pass
+of N samples a peer, about a round of training and more than scoring the one model a server round leaves, so by
+default it is measured once, at the final evaluation, on DEFAULT_BATCH samples.
 
 A learning method's f_i is the supervised part of its loss (`GossipLearner.zeta2_loss`: cross-entropy of the
 model's classifier; FedProx's proximal and MOON's contrastive terms vanish or are undefined at x̄) on a fixed
@@ -21,6 +24,8 @@ from torch import nn
 from p2pfl.comm.world import World
 from p2pfl.gossip.average import spread
 
+#: The samples a peer of a learner gives ζ² when --zeta2-batch is left unset (at the final evaluation only).
+DEFAULT_BATCH = 512
 #: loss(model, inputs, targets) -> a scalar mean over the batch.
 Loss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -47,18 +52,21 @@ def gradient(model: nn.Module, loss: Loss, x: torch.Tensor, y: torch.Tensor, chu
     return flat
 
 
-def at_average(learner, model: nn.Module, net) -> float | None:
+def at_average(learner, model: nn.Module, net, final: bool) -> float | None:
     """ζ² of a GossipLearner at the network average `model` over the peers evaluated in `net`'s round, on rank 0;
-    None when --zeta2-batch is 0 or the method has no supervised loss to measure (`zeta2_loss`). Collective."""
+    None with --zeta2-batch 0, at an evaluation before the final one when --zeta2-batch is unset, or when the method
+    has no supervised loss to measure (`zeta2_loss`). Collective."""
     from p2pfl.data.augment import normalize
 
     loss, n = learner.zeta2_loss(), learner.cfg.zeta2_batch
+    if n is None:  # unset: once, at the final evaluation
+        n = DEFAULT_BATCH if final else 0
     if loss is None or n == 0:
         return None
     ds = learner.dataset
     grads = {}
     for p in learner.alive_peers(net):
-        data = learner.peers[p].data
-        grads[p] = gradient(model, loss, normalize(data.x[:n], ds.mean, ds.std), data.y[:n], learner.cfg.batch_size)
+        x, y = learner.peers[p].data.first(n)
+        grads[p] = gradient(model, loss, normalize(x, ds.mean, ds.std), y, learner.cfg.batch_size)
     like = torch.zeros(sum(p.numel() for p in model.parameters() if p.requires_grad), dtype=torch.float64)
     return zeta2(learner.ctx.world, grads, len(learner.evaluated(net)), like)

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from p2pfl.capabilities import ASYNCHRONOUS, BATCHABLE, FEATURES, SEQUENCE_LABELS, TOKENS
+from p2pfl.capabilities import ASYNCHRONOUS, BATCHABLE, FEATURES, HANDS_OVER, PER_SAMPLE, SEQUENCE_LABELS, TOKENS
 from p2pfl.config import RunConfig
 from p2pfl.context import RunContext
 from p2pfl.gossip import Events
@@ -40,8 +40,8 @@ class Phase:
 class Algorithm:
     """A method: what a peer does locally, what it sends, how it combines, how it is evaluated.
 
-    Every round the runner calls `rejoin`, `local_updates` of the active peers and `communicate`, each given the
-    round's network (p2pfl.network.RoundNetwork: links, weights, active, alive and straggling peers), and
+    Every round the runner calls `handover`, `rejoin`, `local_updates` of the active peers and `communicate`, each
+    given the round's network (p2pfl.network.RoundNetwork: links, weights, active, alive and straggling peers), and
     `evaluate` with the network of the round evaluated. The method keeps no network of its own: what a call
     uses is what it is given.
     """
@@ -59,15 +59,30 @@ class Algorithm:
     #: cannot do what its base class can says so here, which takes the capability away.
     lacks: ClassVar[dict[str, str]] = {
         ASYNCHRONOUS: "it declares no vector a pair averages: async_vector",
+        HANDS_OVER: "it declares no vector that carries its model: carried",
         BATCHABLE: "its local loss takes one peer at a time",
         FEATURES: "it declares no training on feature vectors",
         TOKENS: "it declares no next-token prediction",
         SEQUENCE_LABELS: "it declares no classification of token sequences",
+        PER_SAMPLE: "it declares no loss that is a mean of per-sample terms, so a sample's gradient is not its own",
     }
 
+    #: Core options it never reads, each with why (p2pfl.ignored warns when one is given); inherited, a class's
+    #: own entries added to its bases' and its `borrows` taking theirs away. An ignored registry option
+    #: (`partition`) takes its components' options (`alpha`) with it.
+    ignores: ClassVar[dict[str, str]] = {}
+    #: Options of another method's own section that it reads too (fedprox reads moon's `mu`); inherited.
+    borrows: ClassVar[frozenset[str]] = frozenset()
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A class's own `capabilities` add to its bases', its own `lacks` take theirs away."""
+        """A class's own `capabilities` add to its bases', its own `lacks` take theirs away; `ignores` and
+        `borrows` add to the bases' (a borrowed option is not ignored)."""
         super().__init_subclass__(**kwargs)
+        cls.borrows = frozenset().union(*(getattr(b, "borrows", frozenset()) for b in cls.__bases__),
+                                        cls.__dict__.get("borrows", frozenset()))
+        ignored = {k: v for b in reversed(cls.__bases__) for k, v in getattr(b, "ignores", {}).items()}
+        cls.ignores = {k: v for k, v in {**ignored, **cls.__dict__.get("ignores", {})}.items()
+                       if k not in cls.borrows}
         own, missing = cls.__dict__.get("capabilities", frozenset()), cls.__dict__.get("lacks", {})
         bases = cls.__bases__
         inherited = frozenset().union(*(getattr(b, "capabilities", frozenset()) for b in bases))
@@ -131,6 +146,26 @@ class Algorithm:
     def rejoin(self, round: int, net: RoundNetwork) -> Phase | None:
         """Before local training: bring the peers back from sitting out (`net.rejoining`) up to date."""
         return None
+
+    def handover(self, round: int, net: RoundNetwork) -> Phase | None:
+        """Before local training, first of all: each receiver of `net.handover` takes the model its sender holds
+        (teleport), moved as one message through the round's exchange (`Gossip.handover`). A method with
+        HANDS_OVER gets this from `carried` and `carry`."""
+        if not net.handover:
+            return None
+        senders = set(net.handover.values())
+        moved = self.ctx.gossip.handover({p: self.carried(p) for p in sorted(self.peers) if p in senders}, net, round)
+        for p, vector in moved.vectors.items():
+            self.carry(p, vector)
+        return Phase(events=moved.events)
+
+    def carried(self, peer: int) -> torch.Tensor:
+        """The vector local `peer`'s model is, as a hand-over moves it (a method with HANDS_OVER)."""
+        raise NotImplementedError
+
+    def carry(self, peer: int, vector: torch.Tensor) -> None:
+        """Make `vector` (another peer's `carried`) local `peer`'s model (a method with HANDS_OVER)."""
+        raise NotImplementedError
 
     def communicate(self, round: int, net: RoundNetwork) -> Phase | None:
         """Exchange with neighbours along `net`'s links (through `ctx.checked` or `ctx.gossip`) and combine;

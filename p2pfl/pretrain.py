@@ -36,6 +36,7 @@ from p2pfl.data.augment import SimCLRAugment, simclr_crop_scale
 from p2pfl.data.partition import random_subset
 from p2pfl.losses import nt_xent
 from p2pfl.models import SimCLRNet, SupervisedNet, build_encoder
+from p2pfl.models.base import hf_library
 from p2pfl.models.params import init_model
 from p2pfl.models.pretrained import FORMAT, PretrainError, write_checkpoint
 from p2pfl.seeding import SHARED, torch_generator
@@ -134,7 +135,8 @@ def _hf_options(text: str | None) -> dict[str, Any]:
 
 def build_hf_model(family: str, channels: int, size: int, options: dict[str, Any], seed: int) -> nn.Module:
     """A randomly initialised (seeded) Hugging Face ViT or ResNet backbone for `channels` x `size` images."""
-    from transformers import AutoModel, ResNetConfig, ViTConfig
+    transformers = hf_library("transformers", f"--model {family}")
+    AutoModel, ResNetConfig, ViTConfig = transformers.AutoModel, transformers.ResNetConfig, transformers.ViTConfig
 
     if family == "hf-vit":
         base = dict(image_size=size, patch_size=4, num_channels=channels, hidden_size=96, num_hidden_layers=3,
@@ -182,7 +184,8 @@ def pretrain(args: argparse.Namespace) -> dict[str, Any]:
         opt = torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=args.lr)
         order_rng = torch_generator(args.seed, SHARED, "pretrain/order", device)
         aug_rng = torch_generator(args.seed, SHARED, "pretrain/augment", device)
-        augment = SimCLRAugment(size, channels, mean, std, scale=(simclr_crop_scale(None, size), 1.0))
+        flip_p, fill = ds.transform.flip_p, ds.transform.fill  # as the dataset's images allow (FEMNIST: no flip)
+        augment = SimCLRAugment(size, channels, mean, std, scale=(simclr_crop_scale(None, size), 1.0), flip_p=flip_p)
         losses = []
         start = time.perf_counter()
         for epoch in range(args.epochs):
@@ -192,7 +195,8 @@ def pretrain(args: argparse.Namespace) -> dict[str, Any]:
                 idx = order[lo:lo + args.batch_size]
                 xb = x[idx]
                 if args.objective == "supervised":
-                    loss = F.cross_entropy(net(supervised_augment(xb, aug_rng, mean, std)), y[idx])
+                    loss = F.cross_entropy(net(supervised_augment(xb, aug_rng, mean, std, flip_p=flip_p, fill=fill)),
+                                           y[idx])
                 else:
                     views = torch.cat([augment(xb, aug_rng), augment(xb, aug_rng)])
                     z1, z2 = net(views)[1].chunk(2)
@@ -227,7 +231,7 @@ def write_hf(encoder: nn.Module, folder: Path, about: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------------------------------ CLI
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m p2pfl.pretrain", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m p2pfl.pretrain", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, help="simple-cnn, resnet-small, resnet18, vit-tiny, hf-vit, hf-resnet")
     p.add_argument("--hf-options", default=None, help="KEY=VALUE,... for the HF config (hidden_size=96, ...)")
     p.add_argument("--dataset", default="cifar10")

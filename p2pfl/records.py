@@ -34,6 +34,9 @@ BOOKKEEPING = frozenset({PEERS_SCORED, BEST_CLUSTER})
 COUNT = "_count"
 #: The per-peer metric of local training every Learner reports in the round records.
 LOSS = "loss"
+#: With DP-SGD (--dp-clip): each trained peer's ε so far, a per-peer metric of the round records (with its mean);
+#: in summary.json each peer's ε over the run, `dp_epsilon_max` their largest and `dp_delta` (p2pfl.privacy).
+DP_EPSILON = "dp_epsilon"
 #: Summarised records (more peers than --peer-records): a per-peer field `<name>` ({peer: value}) gives way to
 #: `<name>_stats`, its PeerStats over the peers; such records carry SUMMARISED: true.
 STATS, SUMMARISED = "_stats", "summarised"
@@ -417,6 +420,10 @@ class Summary(_Summary, total=False):
     sim_time_s: float  # the simulated clock at the end, in runs that keep one
     setup_s: float  # wall seconds from the command's start (imports aside) to its first round: parsing, network,
     # exchange, run folder and the method's set-up
+    dp_epsilon: dict[str, float]  # --dp-clip: each peer's epsilon over the run (DP_EPSILON), at dp_delta
+    dp_epsilon_max: float
+    dp_delta: float
+    scoring: ScoringRecord  # weight-gossip learners: what the final evaluation scored (as the manifest's)
 
 
 #: summary.json's `status` of a run that ended on an error (a finished run's summary has no `status`).
@@ -555,6 +562,8 @@ class NetworkManifest(TypedDict):
     stragglers: dict[str, float]
     rejoin: str
     support_edges: int
+    period: int | None  # rounds after which a dynamic topology repeats (None: static, or it never repeats)
+    exact_consensus_round: int | None  # the round after which the product of its W is exactly J = 11ᵀ/K, if any
     byzantine: list[int]  # attacking peers (--byzantine), excluded from every metric
     attack: str | None
     aggregator: str
@@ -590,12 +599,17 @@ class BatchPeers(TypedDict):
 
 
 class PeerMemory(TypedDict):
-    """manifest["memory"]: bytes per peer (p2pfl.runtime.memory)."""
+    """manifest["memory"]: bytes per peer (p2pfl.runtime.memory). A shard's bytes are what it holds alone: its index
+    list when it is a view of the rank's training set ("shards": "views"), else its images and targets ("copies":
+    --rotate-groups, FedMuscle's task shards); `shared_bytes_per_rank`: the training set a rank's views share, held
+    once (0 where all are copies)."""
 
     parameters_bytes_per_peer: int
     optimizer_bytes_per_peer: int
     shard_bytes_mean: float
     shard_bytes_max: int
+    shards: str
+    shared_bytes_per_rank: int
 
 
 class RankPeak(TypedDict):
@@ -610,6 +624,19 @@ class MemoryPeak(TypedDict):
     max_bytes: int
 
 
+class ScoringRecord(TypedDict):
+    """What a learner's final evaluation scored (p2pfl.algorithms.distinct): manifest["scoring"] and
+    summary["scoring"]. Identical models (bitwise: every parameter and buffer) are scored once and their scores
+    reported for every peer holding them."""
+
+    models_scored: int  # models scored: the network average (dec-featarc: each cluster's), each other distinct
+    # model among the scored peers once
+    peers_scored: int  # peers whose scores the evaluation reports (every evaluated peer, or the --eval-peers sample)
+    peer_models_distinct: int  # distinct models among those peers
+    peers_holding_average: int  # peers whose model is bitwise the network average's: they report its scores
+    by_digest: bool  # whether identical models were looked for (False: the method scores every peer's model)
+
+
 class Manifest(BaseManifest, total=False):
     """manifest.json: the base, then what the method records at set-up (`RunContext.record_manifest`; a method's
     own entries are declared in a subtype next to the method)."""
@@ -617,10 +644,13 @@ class Manifest(BaseManifest, total=False):
     host_allocator: str  # every run, at start: what p2pfl.runtime.allocator did to the C allocator
     batch_peers: BatchPeers  # local trainers
     memory: PeerMemory  # local trainers
+    dp_sgd: dict[str, Any]  # --dp-clip: clip, delta, noise or target epsilon, accountant, sampling; sigma, q per peer
     memory_peak: MemoryPeak  # every run, at the end
     clock: dict[str, Any]  # runs with the simulated clock: p2pfl.network.timing.NetworkModel.describe, and the mode
     asynchronous: dict[str, Any]  # --mode async: events, batches, end time, message bytes, staleness
     plugins: list[dict[str, Any]]  # every run: p2pfl.plugins.Plugin records (spec, kind, path, sha256); [] for none
+    ignored_options: list[str]  # every run: one line per option given that the run does not read (p2pfl.ignored)
+    scoring: ScoringRecord  # weight-gossip learners, at the final evaluation: the models it scored
 
     partition: DataPartition  # methods that train on partitioned data
     dataset: DatasetInfo  # learners

@@ -180,6 +180,11 @@ class Registry(Generic[C]):
             self._bound[f"{key}:{argument}"] = bound
         return bound  # type: ignore[return-value]
 
+    def classes(self) -> dict[str, C]:
+        """Every registered name with its class (unbound: a component taking an argument as registered)."""
+        self.load()
+        return dict(self._table)  # type: ignore[arg-type]
+
     def capable(self, capability: str) -> list[str]:
         """The names of the components that declare `capability`."""
         self.load()
@@ -217,6 +222,7 @@ KIND_MODULES = (
     "p2pfl.data.partitions",  # PARTITIONS: --partition
     "p2pfl.models.encoders",  # MODELS: --model
     "p2pfl.modes",  # MODES: --mode, how a run proceeds in time
+    "p2pfl.curious",  # CURIOUS: --curious-attack, what curious neighbours attack
 )
 
 

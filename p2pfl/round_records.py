@@ -100,4 +100,4 @@ def nonfinite_warning(t: int, record: dict[str, Any]) -> str | None:
                      + ", ".join(f"{r} <- {s}" for r, s in record["rejected"]))
     if record["rolled_back"]:
         parts.append(f"rolled back peers {record['rolled_back']} whose update turned non-finite")
-    return f"p2pfl: warning: round {t}: " + "; ".join(parts) if parts else None
+    return f"round {t}: " + "; ".join(parts) if parts else None

@@ -1,6 +1,13 @@
 """`python -m p2pfl.run`: one job of K peers on a topology, under mpirun/srun or all in one process."""
 from __future__ import annotations
 
+from p2pfl.runtime.preemption import COMMAND_LINE_SIGNALS, STOP
+
+if __name__ == "__main__":  # first: a stop signal during the imports below ends the run as cleanly as one later
+    STOP.install(COMMAND_LINE_SIGNALS)
+
+import logging
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -12,24 +19,29 @@ import numpy as np
 import topologies
 from p2pfl import algorithms, plugins
 from p2pfl.byzantine import Robust, choose_byzantine
+from p2pfl.capabilities import HANDS_OVER, MIXES_BY_W
 from p2pfl.cli import parse_args
 from p2pfl.comm.placement import Placement
 from p2pfl.comm.transport import Transport
 from p2pfl.comm.world import World
 from p2pfl.config import ResolvedRun, RunConfig, resolve, to_yaml
 from p2pfl.context import RunContext
+from p2pfl.curious.observer import watch
 from p2pfl.gossip import CheckedExchange, Gossip, compress
 from p2pfl.gossip.codec import Codec
 from p2pfl.gossip.compress.base import Compressor, scheme_capabilities
 from p2pfl.gossip.compress.records import Compression, describe
 from p2pfl.gossip.schemes import SCHEMES
+from p2pfl.gossip.schemes.base import PLAIN_MIX
 from p2pfl.method import Algorithm
 from p2pfl.modes import MODES
-from p2pfl.network import NetworkSchedule
+from p2pfl.network import NetworkSchedule, topology_options
 from p2pfl.network import clock as network_clock
 from p2pfl.network.mixing_rate import network_p
 from p2pfl.network.schedule import NetworkOptions
+from p2pfl.network.schedule_measures import schedule_measures
 from p2pfl.records import Host, Seeds
+from p2pfl.runtime import console
 from p2pfl.runtime.allocator import keep_freed_memory
 from p2pfl.runtime.checkpoint import verify_checkpoint
 from p2pfl.runtime.device import configure_determinism, select_device
@@ -37,28 +49,18 @@ from p2pfl.runtime.failure import USER_ERROR_EXIT, abort_on_exception, agree
 from p2pfl.runtime.hooks import run_hooks
 from p2pfl.runtime.manifest import base_manifest
 from p2pfl.runtime.precision import precision
-from p2pfl.runtime.preemption import PREEMPTED_EXIT
-from p2pfl.runtime.progress import placement_table
+from p2pfl.runtime.preemption import PREEMPTED_EXIT, hold_for_signal, signalled, stop_signals
+from p2pfl.runtime.progress import placement_table, process_started, summary_lines
 from p2pfl.runtime.runfolder import RunFolder, make_run_dir
 from p2pfl.runtime.runlock import RunLock
+
+log = logging.getLogger("p2pfl.run")  # __name__ is __main__ under python -m p2pfl.run
 
 
 def compressor(cfg: RunConfig) -> Codec | None:
     """The codec of the gossip mix's messages (--compress, built from its options), None for dense messages."""
     codec = compress.make(cfg)
     return None if "dense" in codec.capabilities else codec
-
-
-def bind_scope(cfg: RunConfig, algorithm: Algorithm, codec: Codec | None) -> None:
-    """--compress-scope tensor: the run's codec compresses each tensor of the method's mixed vector on its own
-    (its layout, known once the method is set up); vector scope leaves the codec as built."""
-    if codec is None or cfg.compress_scope != "tensor":
-        return
-    assert isinstance(codec, Compressor), f"--compress {cfg.compress}: a codec that is not a Compressor"
-    mixed, layout = algorithm.mixed_vector(), algorithm.mixed_layout()
-    assert mixed is not None and layout is not None, f"--compress: {cfg.algorithm} has no mixed vector"
-    assert sum(layout) == mixed[0], f"{cfg.algorithm}: its mixed layout holds {sum(layout)} values, not {mixed[0]}"
-    codec.per_tensor(layout)
 
 
 def compression_record(cfg: RunConfig, algorithm: Algorithm, codec: Codec | None) -> Compression | None:
@@ -104,14 +106,15 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
                                                 "see p2pfl.seeding"), method_defaults=cfg.method_defaults()),
             host_allocator=allocator)
         # what code beyond p2pfl's ran: each plug-in's resolved path and the sha256 of its source (none: [])
-        folder.update_manifest(plugins=[p.to_dict() for p in plugins.loaded(cfg.plugins)])
+        folder.update_manifest(plugins=[p.to_dict() for p in plugins.loaded(cfg.plugins)],
+                               ignored_options=list(cfg.ignored))
         if announce:
-            print(f"p2pfl: {cfg.algorithm} on {cfg.topology}, {n_peers} peers on {world.size} rank(s); "
-                  f"run folder {run_dir}", flush=True)
-            print(placement_table(hosts), flush=True)
-        for warning in (biased_consensus_warning(cfg), scheme.warning(schedule)):
+            log.info(f"p2pfl: {cfg.algorithm} on {cfg.topology}, {n_peers} peers on {world.size} rank(s); "
+                     f"run folder {run_dir}")
+            log.info(placement_table(hosts))
+        for warning in (*cfg.ignored, biased_consensus_warning(cfg), scheme.warning(schedule)):
             if warning:
-                print(f"p2pfl: warning: {warning}", flush=True)
+                log.warning(warning)
     ctx = RunContext(cfg=cfg, world=world, graph=graph, schedule=schedule, placement=placement,
                      transport=transport, checked=checked, gossip=Gossip(checked, robust, cfg.seed, compressor(cfg)),
                      device=device,
@@ -152,18 +155,37 @@ def build_network(cfg: RunConfig, described: bool = True) -> tuple[nx.Graph, Net
         raise ValueError(f"{option}: peer(s) {lonely} would have no neighbour up in any round")
     SCHEMES.get(cfg.gossip).check_network(schedule, graph, cfg.rounds)
     MODES.get(cfg.mode).check_network(cfg, schedule)
+    check_handover(cfg, schedule)
     if not described:
         return graph, schedule, None
     record = topologies.describe(*shown_weights(schedule, cfg.rounds), gamma=cfg.n_eff_gamma)
     record["stats"].update(network_p(schedule, cfg.rounds))  # a changing network's p: estimated over its rounds
+    record["stats"].update(schedule_measures(schedule, cfg.rounds, cfg.n_eff_gamma))  # its period's product or rate
     return graph, schedule, record
+
+
+def check_handover(cfg: RunConfig, schedule: NetworkSchedule) -> None:
+    """A topology that moves models between peers (teleport) needs the plain mix (a scheme's state beside the model,
+    trackers, public copies, push-sum's weight, would stay behind) and a method that mixes one vector by W and says
+    what vector its model is (MIXES_BY_W, HANDS_OVER); ValueError in one line otherwise."""
+    if not schedule.hands_over:
+        return
+    if PLAIN_MIX not in SCHEMES.get(cfg.gossip).capabilities:
+        raise ValueError(f"--gossip {cfg.gossip}: --topology {cfg.topology} hands the models to other peers each "
+                         f"round, and this scheme's state beside the model would stay behind; use --gossip "
+                         f"{' or '.join(SCHEMES.capable(PLAIN_MIX))}")
+    method = algorithms.get(cfg.algorithm, cfg)
+    for needed in (MIXES_BY_W, HANDS_OVER):
+        if not method.can(needed):
+            raise ValueError(f"--topology {cfg.topology}: hands each peer's model to another peer, but "
+                             f"{cfg.algorithm} cannot: {method.why_not(needed)}")
 
 
 def support_graph(cfg: RunConfig, n_peers: int) -> nx.Graph:
     """The static graph, or for a changing one the union of every link a round may use (the exchange connects
     exactly its ranks)."""
     name = topologies.base.canonical(cfg.topology)
-    params = topologies.parse_params(cfg.topology_params)
+    params = topologies.parse_params(topology_options.params(cfg))
     if name in topologies.DYNAMIC:
         return topologies.DYNAMIC[name].bind(**params).support_of(n_peers)
     if cfg.resample:
@@ -191,7 +213,8 @@ def shown_weights(schedule: NetworkSchedule, rounds: int) -> tuple[nx.Graph, np.
 
 def biased_consensus_warning(cfg: RunConfig) -> str | None:
     """--weight-by-data makes W only row-stochastic except where data-weighted averaging is exact."""
-    if not cfg.weight_by_data or cfg.mixing == "server" or (cfg.topology == "complete" and cfg.mixing == "uniform"):
+    if (not cfg.weight_by_data or cfg.mixing == "server" or (cfg.topology == "complete" and cfg.mixing == "uniform")
+            or "weight_by_data" in algorithms.get(cfg.algorithm, cfg).ignores):  # consensus: no shards to weigh
         return None
     return (f"--weight-by-data on {cfg.topology}/{cfg.mixing} makes W only row-stochastic: the peers drift to a "
             "biased consensus, not the data-weighted average (exact on complete/uniform or star/server)")
@@ -202,11 +225,17 @@ def build_algorithm(ctx: RunContext) -> Algorithm:
     algorithm = algorithms.get(ctx.cfg.algorithm, ctx.cfg)(ctx)
     agree(ctx.world, algorithm.setup)
     codec = None if ctx.gossip.compressor is None else ctx.gossip.compressor.inner
-    bind_scope(ctx.cfg, algorithm, codec)
+    if codec is not None:
+        codec.bind(ctx.cfg, algorithm)
     compression = compression_record(ctx.cfg, algorithm, codec)
     if compression is not None:
         ctx.record_manifest(compression=compression)
+    ctx.curious = agree(ctx.world, lambda: watch(ctx, algorithm))  # bad input ends every rank cleanly
     return algorithm
+
+
+#: What the summary's whole time counts under `python -m p2pfl.run` (process_started: from /proc on Linux).
+WHOLE_COMMAND = "whole command {:.1f} s, counted from the process's start (interpreter, imports, set-up, plots)"
 
 
 def _run(world: World, argv: Sequence[str] | None, started: float | None = None) -> int:
@@ -215,7 +244,7 @@ def _run(world: World, argv: Sequence[str] | None, started: float | None = None)
         if world.is_root:
             print(to_yaml(run.cfg), end="")
         return 0
-    execute(world, run, started)
+    execute(world, run, started, whole=(WHOLE_COMMAND, process_started()))
     return 0
 
 
@@ -225,23 +254,30 @@ def resolved(world: World, parsed: tuple[RunConfig, bool]) -> tuple[ResolvedRun,
     return resolve(cfg, world.size), print_only
 
 
-def execute(world: World, run: ResolvedRun, started: float | None = None) -> Path:
+def execute(world: World, run: ResolvedRun, started: float | None = None,
+            whole: tuple[str, float] | None = None) -> Path:
     """Set up and run a resolved run on every rank (collective), run its post-run hooks (its plots), close its
-    folder; returns the run folder. The one path of `python -m p2pfl.run` and p2pfl.simulate."""
+    folder, and show the summary (rank 0; `whole`: how the summary says the caller's time, a format string of its
+    seconds, and when that time began, time.time()); returns the run folder. The one path of
+    `python -m p2pfl.run` and p2pfl.simulate."""
     world.timeout = run.cfg.timeout  # from here on every collective waits under the run's deadline
     with precision(run.cfg.dtype):
+        stop_in_setup(world)
         ctx = build_context(world, run)
         cfg = run.cfg
         try:
+            hold_for_signal(world.is_root)
+            stop_in_setup(world, ctx)
             algorithm = build_algorithm(ctx)
             runner = MODES.get(cfg.mode).runner()(ctx, algorithm)
             if cfg.resume is not None:
                 agree(world, runner.restore)
-                if ctx.folder is not None:
-                    ctx.folder.start()
+            stop_in_setup(world, ctx)
+            if cfg.resume is not None and ctx.folder is not None:
+                ctx.folder.start()
             if started is not None:
                 runner.setup_s = world.allreduce_max(time.time() - started)  # the slowest rank's
-            runner.run()
+            summary = runner.run()
         except BaseException as exc:
             if ctx.folder is not None:
                 reason = failure_reason(exc)
@@ -255,7 +291,30 @@ def execute(world: World, run: ResolvedRun, started: float | None = None) -> Pat
                 ctx.folder.log_plots()  # the trackers get the plots: the folder closes after them
         finally:
             ctx.folder.close()
+        if summary is not None:
+            took = None if whole is None else (whole[0], time.time() - whole[1])
+            log.info(summary_lines(summary, algorithm.summary_lines(summary), took))
     return ctx.run_dir
+
+
+def stop_in_setup(world: World, ctx: RunContext | None = None) -> None:
+    """A stop point of set-up (collective): once a stop signal has reached any rank, every rank leaves with
+    PREEMPTED_EXIT before the first round. A new run's folder (`ctx`'s; it holds no round) is removed, so nothing
+    of the run is left to read as failed or unfinished; a resumed run's is left as it was, to resume later."""
+    stopped = signalled(world)
+    if stopped is None:
+        return
+    if world.is_root:
+        then = "run it again"
+        if ctx is not None and ctx.cfg.resume is not None:
+            then = f"continue with --resume {ctx.run_dir}"
+        elif ctx is not None and ctx.folder is not None:
+            ctx.folder.close()
+            shutil.rmtree(ctx.run_dir, ignore_errors=True)
+            then = f"its run folder {ctx.run_dir} is removed; run it again"
+        print(f"p2pfl: {stopped} received in set-up: stopped before the first round; {then} "
+              f"(exit status {PREEMPTED_EXIT})", flush=True)
+    raise SystemExit(PREEMPTED_EXIT)
 
 
 def failure_reason(exc: BaseException) -> str | None:
@@ -274,14 +333,16 @@ def failure_reason(exc: BaseException) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: any uncaught exception on any rank ends the whole job with that rank's traceback."""
     started = time.time()
-    world = World.detect()
-    try:
-        return _run(world, argv, started)
-    except SystemExit:
-        raise
-    except BaseException as exc:  # noqa: BLE001 - every failure must end every rank
-        abort_on_exception(world, exc)
-        return 1
+    with stop_signals(COMMAND_LINE_SIGNALS):  # from the start: a signal in set-up stops it cleanly (stop_in_setup)
+        world = World.detect()
+        console.configure(world.rank)  # --quiet/--verbose set its level as the command line is read
+        try:
+            return _run(world, argv, started)
+        except SystemExit:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every failure must end every rank
+            abort_on_exception(world, exc)
+            return 1
 
 
 if __name__ == "__main__":

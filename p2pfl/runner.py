@@ -4,6 +4,7 @@ the run folder, checkpoints, resumes and stops on a signal. The method (p2pfl.me
 differs."""
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -12,6 +13,7 @@ from p2pfl.gossip import Events, consensus_distance
 from p2pfl.method import Algorithm, LocalRound, Phase
 from p2pfl.network import RoundNetwork
 from p2pfl.records import (
+    MEAN,
     EvalRecord,
     NetworkSummary,
     RoundStart,
@@ -44,11 +46,13 @@ from p2pfl.runtime.checkpoint import (
     save_state,
 )
 from p2pfl.runtime.fault_injection import InjectedFault
+from p2pfl.runtime.files import save_array
 from p2pfl.runtime.heap import frozen_heap
 from p2pfl.runtime.memory import peak_bytes
-from p2pfl.runtime.preemption import PREEMPTED_EXIT, StopSignals
-from p2pfl.runtime.progress import Progress, summary_lines
+from p2pfl.runtime.preemption import PREEMPTED_EXIT, signalled, stop_signals
+from p2pfl.runtime.progress import Progress
 
+log = logging.getLogger(__name__)
 
 class Runner:
     """Drives the rounds for this rank's peers and writes what happened."""
@@ -86,30 +90,34 @@ class Runner:
         if world.is_root and self.first_round == 1:
             self._log(round_start(cd0, start, 0.0 if self.ctx.clock is not None else None))
         progress.skip(self.first_round - 1)
-        signals = StopSignals().install()
-        try:
+        with stop_signals():  # the process's, when p2pfl.run installed them at its start
             for t in range(self.first_round, rounds + 1):
                 world.round = t
                 record = self._round(t)
                 if world.is_root:
-                    progress.update(**{self.algo.headline: record.get(f"{self.algo.headline}_mean",
-                                                                      record.get(self.algo.headline)),
-                                       "consensus": record.get("consensus_distance")})
+                    headline = self.algo.headline
+                    shown = headline + MEAN if headline + MEAN in record else headline
+                    progress.update(**{shown: record.get(shown),
+                                       "consensus_distance": record.get("consensus_distance")})
                 if self.eval_due(t) and t != rounds:
-                    self._evaluate(t, final=False)
+                    progress.evaluated(self._evaluate(t, final=False))
                 saved = bool(cfg.checkpoint_every) and (t % cfg.checkpoint_every == 0 or t == rounds)
                 if saved:
                     self.checkpoint(t)
-                if t < rounds and world.allreduce_max(float(signals.received is not None)) > 0:
+                stopped = signalled(world) if t < rounds else None
+                if stopped is not None:
                     progress.close()
-                    self._preempted(t, saved, signals.name)
-        finally:
-            signals.restore()
+                    self._preempted(t, saved, stopped)
         progress.close()
         final = self._evaluate(rounds, final=True)
         peaks = world.allgather(peak_bytes(self.ctx.device))
         self.ctx.record_manifest(memory_peak={"per_rank": peaks, "max_bytes": max(p["peak_bytes"] for p in peaks)})
         extra = self.algo.summary()
+        if self.ctx.scheme is not None:  # a scheme's own entries and arrays (a privacy ledger's), none for most
+            extra = {**extra, **self.ctx.scheme.summary()}
+            if world.is_root:
+                for name, array in self.ctx.scheme.arrays().items():
+                    save_array(self.ctx.run_dir / name, array)
         if self.ctx.clock is not None:
             extra = {**extra, "sim_time_s": self.eval_time(rounds, True)}
         if self.setup_s is not None:
@@ -122,7 +130,6 @@ class Runner:
             ranks=world.size, wall_s=time.time() - self.start_time, run_dir=str(self.ctx.run_dir), final=final or {},
             consensus_distance_initial=cd0, comm_per_rank=stats or [], network=self._network_summary(), extra=extra)
         self.ctx.folder.write_summary(summary)
-        print(summary_lines(summary, self.algo.summary_lines(summary)), flush=True)
         return summary
 
     @property
@@ -143,8 +150,8 @@ class Runner:
         if not saved:
             self.checkpoint(t)
         if self.world.is_root:
-            print(f"p2pfl: {signal_name} received: stopped after round {t} of {self.rounds} with a checkpoint; "
-                  f"continue with --resume {self.ctx.run_dir} (exit status {PREEMPTED_EXIT})", flush=True)
+            log.warning(f"{signal_name} received: stopped after round {t} of {self.rounds} with a checkpoint; "
+                        f"continue with --resume {self.ctx.run_dir} (exit status {PREEMPTED_EXIT})")
             if self.ctx.folder is not None:
                 self.ctx.folder.close()
         raise SystemExit(PREEMPTED_EXIT)
@@ -179,9 +186,8 @@ class Runner:
         if state["peers"] != self.ctx.n_peers:
             raise ValueError(f"--resume: the checkpoint has {state['peers']} peers, this run {self.ctx.n_peers}")
         if self.world.is_root and state.get("sha256") is None:
-            print(f"p2pfl: warning: --resume: {self.ctx.run_dir / 'checkpoint' / 'state.json'} records no digests of "
-                  "its peer files (written by an older p2pfl): they are resumed without a check for damage",
-                  flush=True)
+            log.warning(f"--resume: {self.ctx.run_dir / 'checkpoint' / 'state.json'} records no digests of its peer "
+                        "files (written by an older p2pfl): they are resumed without a check for damage")
         for peer in self.ctx.local_peers:
             saved = load_peer(self.ctx.run_dir, peer, state["round"], self.ctx.device, recorded_digest(state, peer))
             restore_record(self.algo.peers[peer], saved, self.ctx.device,
@@ -206,18 +212,19 @@ class Runner:
         return self.ctx.schedule.at(t)
 
     def phases(self, t: int, net: RoundNetwork) -> tuple[LocalRound, Events, float]:
-        """What round t does over `net`: rejoin, the active peers' local updates, the exchange and mix (SPEC §2).
-        Returns the local part (per-peer metrics of every phase), the exchanges' events and the local update's
-        seconds."""
+        """What round t does over `net`: the models handed over (teleport), rejoin, the active peers' local updates,
+        the exchange and mix (SPEC §2). Returns the local part (per-peer metrics of every phase), the exchanges'
+        events and the local update's seconds."""
         ctx = self.ctx
         t0 = time.perf_counter()
+        handed = self.algo.handover(t, net) or Phase()
         rejoined = self.algo.rejoin(t, net) or Phase()
         local = self.algo.local_updates([p for p in ctx.local_peers if p in net.active], t, net)
         local_s = time.perf_counter() - t0
         communicated = self.algo.communicate(t, net) or Phase()
         for p, metrics in communicated.metrics.items():
             local.metrics.setdefault(p, {}).update(metrics)
-        return local, rejoined.events + communicated.events, local_s
+        return local, handed.events + rejoined.events + communicated.events, local_s
 
     def _round(self, t: int) -> dict[str, Any]:
         ctx = self.ctx
@@ -232,6 +239,9 @@ class Runner:
         t2 = time.perf_counter()
         cd = self._consensus()
         measured = self.algo.round_metrics(t, net)
+        own = self.ctx.scheme.round_metrics(t, net) if self.ctx.scheme is not None else None
+        if own:  # the scheme's own numbers (a privacy ledger's), absent for most
+            measured = {**(measured or {}), **own}
         steps = ({p: self.algo.local_steps(p, net) for p in ctx.local_peers if p in net.active}
                  if ctx.clock is not None else None)
         parts = self.world.gather(meter.share(local, events, ctx.local_peers, t2 - t0, local_s, steps))
@@ -250,9 +260,13 @@ class Runner:
             record.update(self.clock_round(t, parts))
         record = summarise_round(record, ctx.n_peers, self.cfg.peer_records)
         self._log(record)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(f"round {t}: {record['round_s']:.3f} s (local updates {record['time_local_s']:.3f} s, "
+                      f"communication {record['time_comm_s']:.3f} s, waiting {record['time_wait_s']:.3f} s), "
+                      f"{record['bytes_sent']} bytes sent")
         warning = nonfinite_warning(t, record)
         if warning:
-            print(warning, flush=True)
+            log.warning(warning)
         return record
 
     def clock_round(self, t: int, parts: list[dict[str, Any]]) -> SimRound:
@@ -265,10 +279,17 @@ class Runner:
 
     def _evaluate(self, t: int, final: bool) -> dict[str, float] | None:
         metrics, per_peer = self.algo.evaluate(t, final, self.net)
+        learnt: dict[int, dict[str, float]] = {}
+        if self.ctx.curious is not None:  # what the curious peers learnt so far (collective)
+            found, learnt = self.ctx.curious.evaluate(t, final, self.net)
+            metrics = {**metrics, **found}
         parts = self.world.gather(per_peer)
         if not self.world.is_root:
             return None
-        record = summarise_eval(eval_record(t, final, metrics, merge(parts), self.eval_time(t, final)),
+        scored = merge(parts)
+        for victim, numbers in learnt.items():
+            scored[victim] = {**scored.get(victim, {}), **numbers}
+        record = summarise_eval(eval_record(t, final, metrics, merge([scored]), self.eval_time(t, final)),
                                 self.cfg.peer_records)
         self._log(record)
         return record["metrics"]

@@ -5,7 +5,9 @@ file as `config=`; plug-ins as `plugins=["my_scheme.py"]`, imported first), pars
 same functions, run by the same `p2pfl.run.execute`, into the same run folder (`out`, default runs/). Without mpirun
 the process holds every peer; torch's threads and determinism flags are put back afterwards. Bad input raises a
 ValueError (`p2pfl.runtime.failure.UserError`) whose message is the line the command line prints after
-"p2pfl: error: "; nothing calls sys.exit.
+"p2pfl: error: "; nothing calls sys.exit. `quiet=True` (or `verbose=False`) shows warnings and errors only: no
+banner, placement table, progress or summary (the returned Run holds them all); `verbose=True` shows debug
+messages too (p2pfl.runtime.console). The caller's logging is left as it was found.
 """
 from __future__ import annotations
 
@@ -16,6 +18,10 @@ if TYPE_CHECKING:
     from analysis.runs import Run
 
 
+#: What the summary's whole time counts under simulate.
+WHOLE_CALL = "this simulate() call {:.1f} s (set-up and plots too; imports before the call not counted)"
+
+
 def simulate(**options: Any) -> Run:
     """Run one job in-process with `options` (p2pfl.run's, underscores for dashes) and return its run folder read
     back (analysis.runs.Run: `.rounds`, `.evals`, `.summary`, `.frame()`). Under mpirun every rank calls it."""
@@ -23,6 +29,7 @@ def simulate(**options: Any) -> Run:
     from p2pfl.comm.world import World
     from p2pfl.config import from_options
     from p2pfl.run import execute, resolved
+    from p2pfl.runtime.console import console, verbosity
     from p2pfl.runtime.device import kept_torch_settings
     from p2pfl.runtime.failure import agree, raising_user_errors
 
@@ -30,9 +37,11 @@ def simulate(**options: Any) -> Run:
     if options.get("print_config"):
         raise ValueError("--print-config: simulate runs the configuration; print it with "
                          "p2pfl.config.to_yaml(p2pfl.config.make_config(...))")
+    options = dict(options)
+    level = verbosity(options.pop("quiet", None), options.pop("verbose", None))
     world = World.detect()
-    with raising_user_errors(), kept_torch_settings():
+    with console(world.rank, level), raising_user_errors(), kept_torch_settings():
         run, _ = agree(world, lambda: resolved(world, from_options(options)))
-        run_dir = execute(world, run, started)
+        run_dir = execute(world, run, started, whole=(WHOLE_CALL, started))
     world.barrier()  # every rank reads the folder once rank 0 has finished writing it
     return load_run(run_dir)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What to run where a GPU is lent: the tests that use CUDA, the batched-peer benchmark (loop vs batched, 20 and
-# 100 peers), the main job on the GPU under mpirun, the 100-peer Dec-SSL job batched, and the scale benchmark. Everything goes
-# to ${OUT:-gpu-check}/: log.txt (all output), bench_batched_peers.json, runs.tar.gz (the run folders' summaries
+# 100 peers), the limit benchmark (the job against a bare PyTorch loop), the main job on the GPU under mpirun, the
+# 100-peer Dec-SSL job batched, and the scale benchmark. Everything goes to ${OUT:-gpu-check}/: log.txt (all
+# output), bench_batched_peers.json, bench_limit.json, runs.tar.gz (the run folders' summaries
 # and manifests). Python: .venv from scripts/setup.sh when present, else the machine's python that holds torch, with
 # the wheels under .whl/ installed into it (mpi4py and mpich, when the machine lacks an MPI). Data: $P2PFL_DATA, else .gpu-data/
 # (a copy of the Fashion-MNIST files, and ../shared/data/cifar10-jpeg.npz for the main job: 56 MB, which with the
@@ -63,6 +64,15 @@ step "$(scaled 100)" $PY -m pytest -q -p no:cacheprovider tests/test_batched_pee
 # loop vs batched, side by side in one process
 step "$(scaled 150)" $PY benchmarks/bench_batched_peers.py --device "$DEVICE" --peers 20,100 \
     --models simple-cnn,resnet-small --json "$OUT/bench_batched_peers.json"
+
+# issue 46: the job against the bare PyTorch loop of the same work (benchmarks/bench_limit.py), on the GPU: server
+# FedAvg and Dec-SSL, 16 and 100 peers on one rank, peer by peer and batched, 20 steps of 32 a round
+LIMIT_DATA=cifar10
+$PY -c "from p2pfl.data.datasets import ensure_dataset; ensure_dataset('cifar10')" >> "$LOG" 2>&1 \
+    || LIMIT_DATA=fashion-mnist
+step "$(scaled 360)" $PY benchmarks/bench_limit.py --device "$DEVICE" --dataset "$LIMIT_DATA" \
+    --cases fedavg-server dec-ssl --peers 16 100 --ranks 1 --rounds "$(scaled 5)" --local-steps 20 --batch-size 32 \
+    --images 640 --repeats 2 --timeout "$(scaled 120)" --json "$OUT/bench_limit.json"
 
 # the main job: 20 Dec-SSL peers on a cycle, MAIN_RANKS ranks sharing the GPU (20/MAIN_RANKS batched peers each;
 # on an H200 one rank took 114 s, four ranks 6-7 s a round: processes sharing a GPU take turns)

@@ -7,11 +7,13 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-if ! .venv/bin/python -c "import p2pfl, torch, mpi4py, torchvision, transformers, peft, hypothesis, scipy, pandas" 2>/dev/null \
+if ! .venv/bin/python -c "import p2pfl, torch, mpi4py, torchvision, transformers, peft, hypothesis, scipy, pandas, opacus" 2>/dev/null \
    || [ pyproject.toml -nt .venv/.p2pfl-installed ]; then
   .venv/bin/python -m pip install -q --upgrade pip
+  # The versions the golden records (tests/golden) were made with; the package itself has no upper bound.
   .venv/bin/python -m pip install -q "torch==2.14.1" "torchvision==0.29.1"
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  # dev: the test tools; hf: transformers and peft, which the vit-tiny, MAE, hf: and LoRA tests build models with
+  .venv/bin/python -m pip install -q -e ".[dev,hf]"
   touch .venv/.p2pfl-installed
 fi
 

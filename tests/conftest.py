@@ -52,6 +52,15 @@ def _plugins_forgotten() -> Iterator[None]:
 
 
 @pytest.fixture
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The data root and ~/.cache of the test its own (the caches of decoded and parsed files are written there, and
+    runs it starts inherit them); returns the data root."""
+    monkeypatch.setenv("P2PFL_DATA", str(tmp_path / "root"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    return tmp_path / "root"
+
+
+@pytest.fixture
 def runs_dir(tmp_path: Path) -> Path:
     path = tmp_path / "runs"
     path.mkdir()

@@ -197,7 +197,7 @@ def test_plot_run_writes_every_plot_as_png(tmp_path):
     written = plot_run(load_run(path))
     names = {p.name for p in written}
     assert names == {"metrics.png", "metrics_bytes.png", "consensus.png", "topology.png", "partition.png",
-                     "per_peer.png", "per_peer_degree.png"}
+                     "per_peer.png"}  # no per_peer_degree.png: on a cycle every peer has degree 2
     for p in written:
         assert p.parent == path / "plots"
         assert_png(p)
@@ -215,7 +215,7 @@ def test_plot_run_skips_missing_data(tmp_path):
     # a method without a loss, a consensus distance or a data partition (FedMuscle records none of these)
     path = make_run(tmp_path, "m", rounds=3, loss=False, consensus=False, partition=False)
     assert sorted(p.name for p in plot_run(load_run(path))) == ["metrics.png", "metrics_bytes.png", "per_peer.png",
-                                                                "per_peer_degree.png", "topology.png"]
+                                                                "topology.png"]
     # a run that has just started: config.yaml and an empty metrics.jsonl
     RunFolder(tmp_path / "bare", make_config(algorithm="dec-ssl", peers=4)).close()
     assert plot_run(load_run(tmp_path / "bare")) == []
@@ -521,17 +521,32 @@ def test_report_cli(tmp_path):
     local, muscle = fedmuscle_pair(tmp_path)
     gossip = make_run(tmp_path, "gossip-run", rounds=3)
     out = tmp_path / "out" / "report.md"
+
+    def contents(folder: Path) -> dict[str, tuple[int, int]]:
+        return {str(f.relative_to(folder)): (f.stat().st_size, f.stat().st_mtime_ns) for f in folder.rglob("*")}
+
+    before = {run: contents(run) for run in (muscle, gossip, local)}
     proc = subprocess.run([sys.executable, "-m", "analysis.report", str(muscle), str(gossip), "--out", str(out),
-                           "--baseline", str(local)], cwd=REPO, capture_output=True, text=True, timeout=300)
+                           "--baseline", str(local), "--plot-format", "png,pdf"], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
     assert text.strip() == proc.stdout.strip()
     runs = table_rows(text)[1:]
     assert [r[0] for r in runs] == ["muscle-run", "gossip-run", "local-run"]
     assert f"mean Δ = {EXPECTED_MEAN}" in text
-    for run in (muscle, gossip, local):
-        assert_png(run / "plots" / "metrics.png")
-        assert_png(run / "plots" / "per_peer.png")
+    for run in (muscle, gossip, local):  # the plots beside the report, in both formats; the runs untouched
+        assert contents(run) == before[run]
+        for name in ("metrics", "per_peer"):
+            assert_png(out.parent / "report-plots" / run.name / f"{name}.png")
+            assert (out.parent / "report-plots" / run.name / f"{name}.pdf").read_bytes().startswith(b"%PDF-")
+        assert f"(report-plots/{run.name}/metrics.png) ([pdf](report-plots/{run.name}/metrics.pdf))" in text
+    # a bad format is one line before anything is drawn
+    proc = subprocess.run([sys.executable, "-m", "analysis.report", str(gossip), "--out", str(tmp_path / "x.md"),
+                           "--plot-format", "png,jpeg"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.strip() == ("analysis.report: --plot-format: unknown format 'jpeg'; "
+                                                            "allowed: png, pdf, svg (comma-separated)")
+    assert not (tmp_path / "x.md").exists() and not (tmp_path / "x-plots").exists()
     # default --out is report.md in the working directory; a bad folder is a clean error
     proc = subprocess.run([sys.executable, "-m", "analysis.report", str(gossip), "--no-plots"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300,

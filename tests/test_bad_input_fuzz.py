@@ -23,7 +23,8 @@ FLAGS = {_flag(name) for name in OPTIONS} | {"--config"}
 NEEDS = {"topology": {"--graph-file", "--p", "--resample", "--mixing", "--crash", "--peers"},
          "mixing": {"--topology"}, "peers": {"--crash", "--byzantine", "--topology"},
          "resample": {"--topology"}, "algorithm": {"--optimizer", "--peers-spec", "--model", "--dataset"},
-         "seed": {"--crash", "--byzantine"}, "rounds": {"--crash"}}
+         "seed": {"--crash", "--byzantine"}, "rounds": {"--crash"},
+         "curious": {"--curious-attack"}}  # the attack (reconstruction by default) must fit the method
 #: Runs this large are valid but too big to build a network for inside a property test.
 BUILD_AT_MOST = 64
 

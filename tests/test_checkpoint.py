@@ -242,7 +242,7 @@ def test_a_checkpoint_without_digests_resumes_with_a_warning(tmp_path: Path, cap
     state_file.write_text(json.dumps(state))
     capsys.readouterr()
     assert main([*args, "--rounds", "3", "--resume", str(tmp_path / "old")]) == 0
-    warnings = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert warnings == [f"p2pfl: warning: --resume: {state_file} records no digests of its peer files (written by "
                         "an older p2pfl): they are resumed without a check for damage"]
     assert main([*args, "--rounds", "3", "--name", "whole"]) == 0

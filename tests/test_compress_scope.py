@@ -185,6 +185,30 @@ def test_a_layout_must_cover_the_vector_and_empty_tensors_carry_nothing() -> Non
         Sign().per_tensor([0])
 
 
+def test_the_scope_is_every_compressor_s_option_and_keeps_its_flag_key_and_record(tmp_path: Path) -> None:
+    """--compress-scope is declared by the Compressor base, so every compressor (and only a compressor) takes it;
+    not the core; its flag, YAML key and config.yaml entry are what they were."""
+    import dataclasses
+
+    from p2pfl.cli import parse_args
+    from p2pfl.config import RunConfig, to_yaml
+    from p2pfl.gossip.compress import CODECS
+    from p2pfl.registry import options_class
+
+    for name in CODECS.names():
+        declared = options_class(CODECS.get(name))
+        fields = {f.name for f in dataclasses.fields(declared)} if declared is not None else set()
+        assert ("compress_scope" in fields) == issubclass(CODECS.get(name), Compressor), name
+    assert "compress_scope" in {f.name for f in dataclasses.fields(options_class(TopK))} and "none" in CODECS.names()
+    assert "compress_scope" not in {f.name for f in dataclasses.fields(RunConfig)}
+    config = tmp_path / "c.yaml"
+    config.write_text("algorithm: consensus\ncompress: top-k\ncompress_scope: tensor\n")
+    from_flag, _ = parse_args(["--algorithm", "consensus", "--compress", "top-k", "--compress-scope", "tensor"])
+    from_file, _ = parse_args(["--config", str(config)])
+    assert from_flag.compress_scope == from_file.compress_scope == "tensor" and from_flag == from_file
+    assert from_flag.to_dict()["compress_scope"] == "tensor" and "\ncompress_scope: tensor\n" in to_yaml(from_flag)
+
+
 # --- in a run
 
 

@@ -26,6 +26,8 @@ BAD = [
     (["--participation", "0"], "--participation: must lie in (0, 1]"),
     (["--topology", "file"], "--graph-file: required with --topology file"),
     (["--algorithm", "scaffold", "--optimizer", "adam"], "--optimizer: scaffold allows only sgd, got 'adam'"),
+    (["--round", "2"], "--round: unknown option"),  # no prefix of --rounds (YAML's `round:` is refused too)
+    (["--local-step", "2"], "--local-step: unknown option"),
 ]
 
 

@@ -1,13 +1,15 @@
 """Batched augmentations: shapes, ranges, reproducibility, and agreement with torchvision's per-image ops."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 import torchvision.transforms.functional as TF
 
 from p2pfl.data import augment as A
-from p2pfl.data.augment import SimCLRAugment, normalize, supervised_augment
+from p2pfl.data.augment import ImageTransform, SimCLRAugment, normalize, supervised_apply, supervised_augment
+from p2pfl.data.datasets import load_dataset
 from p2pfl.data.datasets.cifar10 import CIFAR10
 from p2pfl.data.datasets.fashion_mnist import FashionMNIST
 
@@ -203,6 +205,45 @@ def test_supervised_augment_is_a_shifted_mirrored_copy():
         assert hits, f"image {i} is not a window of its padded original"
     assert torch.equal(supervised_augment(x, gen(0), (0, 0, 0), (1, 1, 1)), out)
     assert not torch.equal(supervised_augment(x, gen(1), (0, 0, 0), (1, 1, 1)), out)
+
+
+def crops(x: torch.Tensor, u: torch.Tensor, pad: int, fill: int, flip: bool) -> torch.Tensor:
+    """Each image's crop of the original size from it padded by `pad` pixels of `fill`, at the offsets its uniforms
+    draw (floor(u (2 pad + 1)), torch.randint's rule), mirrored where its third uniform is below 1/2 when `flip`:
+    MOON's crop and flip written per image with numpy, apart from p2pfl.data.augment."""
+    side = x.shape[-1]
+    padded = np.pad(x.numpy(), ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=fill)
+    out = []
+    for i, (a, b, c) in enumerate(u.tolist()):
+        oy, ox = int(np.floor(a * (2 * pad + 1))), int(np.floor(b * (2 * pad + 1)))
+        crop = padded[i, :, oy:oy + side, ox:ox + side]
+        out.append(crop[:, :, ::-1] if flip and c < 0.5 else crop)
+    return torch.from_numpy(np.stack(out))
+
+
+@pytest.mark.parametrize("size", [32, 28, 8])
+def test_a_dataset_declaring_nothing_keeps_moons_crop_and_flip_bit_for_bit(size: int):
+    """The synthetic set declares no transform of its own, as no built-in photograph set does: its training batches
+    are MOON's recipe as before, bit for bit (zero padding, mirrored where the draw is below 1/2), equal to the crop
+    and flip written image by image, and its manifest record gains nothing."""
+    ds = load_dataset("synthetic", image_size=size, num_train=64, num_test=8)
+    assert ds.transform == ImageTransform(flip=True, fill=0) and "augment" not in ds.extra
+    x = ds.x_train
+    draws = A.supervised_draw(x, gen(5))
+    t = ds.transform
+    out = supervised_apply(x, draws, ds.mean, ds.std, flip_p=t.flip_p, fill=t.fill)
+    assert torch.equal(out, normalize(crops(x, draws["u"], A.crop_padding(size), 0, flip=True), ds.mean, ds.std))
+    assert torch.equal(out, supervised_apply(x, draws, ds.mean, ds.std))  # the call as it was before datasets said
+    assert bool((draws["u"][:, 2] < 0.5).any()) and bool((draws["u"][:, 2] >= 0.5).any())
+
+
+def test_the_supervised_crop_pads_with_the_fill_and_flips_never_at_flip_p_0():
+    """fill 255 pads with white (255 of uint8, 1.0 of float images), flip_p 0 mirrors nothing, for the same draws."""
+    x = images(64, 1, 28)
+    draws = A.supervised_draw(x, gen(2))
+    out = supervised_apply(x, draws, (0.0,), (1.0,), flip_p=0.0, fill=255)
+    assert torch.equal(out, crops(x, draws["u"], 4, 255, flip=False).float() / 255)
+    assert torch.equal(supervised_apply(x.float() / 255, draws, (0.0,), (1.0,), flip_p=0.0, fill=255), out)
 
 
 def test_supervised_augment_reflect_padding_and_no_padding():

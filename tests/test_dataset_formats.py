@@ -14,6 +14,7 @@ import torch
 from PIL import Image
 
 from p2pfl.config import ConfigError, make_config
+from p2pfl.data.augment import ImageTransform
 from p2pfl.data.datasets import DATASETS, load_dataset
 from p2pfl.registry import UnknownComponent
 from topologies.streams import SHARED, numpy_rng
@@ -23,11 +24,7 @@ from conftest import run_job, timing_free_records
 SIDE = 16
 
 
-@pytest.fixture(autouse=True)
-def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The data root and ~/.cache of each test its own (the folder cache is written there)."""
-    monkeypatch.setenv("P2PFL_DATA", str(tmp_path / "root"))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+pytestmark = pytest.mark.usefixtures("own_cache")  # the folder cache is written in the test's own data root
 
 
 def _images(n: int, shape: tuple[int, ...] = (SIDE, SIDE, 3), seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -121,6 +118,22 @@ def test_npz_test_split_against_an_independent_draw(tmp_path: Path) -> None:
     assert torch.equal(again.x_test, ds.x_test) and again.extra["digest"] == ds.extra["digest"]
     other = _load(f"npz:{tmp_path / 't.npz'}", test_split=0.2, split_seed=8)
     assert not torch.equal(other.x_test, ds.x_test) and other.extra["digest"] != ds.extra["digest"]
+
+
+def test_own_images_are_mirrored_unless_no_flip(tmp_path: Path) -> None:
+    """npz: and folder: images keep the photographs' transform (mirrored, zero padding; their manifest record as it
+    was) unless --no-flip, which the record states; --no-flip on a dataset of no images is refused."""
+    x, y = _images(20)
+    np.savez(tmp_path / "d.npz", x_train=x, y_train=y, x_test=x, y_test=y)
+    ds = _load(f"npz:{tmp_path / 'd.npz'}")
+    assert ds.transform == ImageTransform(flip=True, fill=0) and "augment" not in ds.extra
+    kept = _load(f"npz:{tmp_path / 'd.npz'}", flip=False)
+    assert kept.transform == ImageTransform(flip=False, fill=0) and kept.extra["augment"] == {"flip": False, "pad": 0}
+    _folder(tmp_path / "f", x, y)
+    assert not _load(f"folder:{tmp_path / 'f'}", image_size=SIDE, test_split=0.25, flip=False).transform.flip
+    (tmp_path / "t.csv").write_text("a,label\n1,0\n2,1\n3,0\n4,1\n")
+    with pytest.raises(ConfigError, match=r"^--flip: --dataset csv:\S+ gives feature vectors, no images to mirror$"):
+        make_config(algorithm="fedavg", model="mlp", dataset=f"csv:{tmp_path / 't.csv'}", test_split=0.5, flip=False)
 
 
 def test_malformed_npz_refused_in_one_line(tmp_path: Path) -> None:

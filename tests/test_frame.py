@@ -107,14 +107,14 @@ def test_the_records_frame_holds_every_value_of_every_metrics_file(study: Path) 
         mine = frames.records[frames.records["run"] == point["name"]]
         assert as_dict(mine) == expected_records(run_dir)
         config = yaml.safe_load((run_dir / "config.yaml").read_text())
-        assert set(mine["study"]) == {"tiny"} and set(mine[AXIS]) == {point["axes"][AXIS]}
+        assert set(mine["study"]) == {"tiny"} and set(mine[AXIS]) == {int(point["axes"][AXIS])}
         assert set(mine["seed"]) == {config["seed"]} == {int(point["axes"]["seed"])}
         assert mine["round"].max() == 2 and set(mine["kind"]) == {"round", "eval"}
 
 
 def test_summarised_records_give_statistics_and_no_peer_rows(study: Path) -> None:
     records = analysis.frame(study).records
-    summarised, full = records[records[AXIS] == "2"], records[records[AXIS] == "0"]
+    summarised, full = records[records[AXIS] == 2], records[records[AXIS] == 0]
     assert summarised["peer"].isna().all()
     stats = summarised[summarised["metric"] == "bytes_sent_per_peer_stats.count"]
     assert len(stats) == 2 * 2 and (stats["value"] == PEERS).all()  # 2 seeds x rounds 1, 2
@@ -143,7 +143,12 @@ def test_the_runs_frame_has_one_row_per_point_and_its_final_metrics(study: Path)
         assert {k: row[k] for k in last_eval["metrics"]} == last_eval["metrics"]
         assert row["state"] == "done" and row["rounds_done"] == 2 and row["wall_s"] == summary["wall_s"]
         assert (row["algorithm"], row["topology"], row["peers"], row["rounds"]) == ("consensus", "cycle", PEERS, 2)
-        assert row["seed"] == int(point["axes"]["seed"]) and row[AXIS] == point["axes"][AXIS]
+        assert row["seed"] == int(point["axes"]["seed"]) and row[AXIS] == int(point["axes"][AXIS])
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())  # every option a column, as recorded
+        assert {k: row[k] for k in config if k not in ("seed", "plugins")} == {k: v for k, v in config.items()
+                                                                              if k not in ("seed", "plugins")}
+        assert row["vector_size"] == 20 and row["peer_records"] == int(point["axes"][AXIS])
+    assert runs[AXIS].dtype.kind == "i"  # a numeric axis is numbers, not text
 
 
 def test_a_run_in_progress_and_a_point_never_started(study: Path, tmp_path: Path) -> None:
@@ -177,10 +182,60 @@ def test_run_frame_is_the_runs_rows_and_lone_runs_join_studies(study: Path) -> N
     run = load_run(study / "runs" / name)
     both = analysis.frame([study / "runs" / name, study])
     lone = both.records[both.records["study"].isna()]
-    assert list(lone.columns) == ["study", "run", AXIS, "seed", "round", "kind", "metric", "peer", "value"]
+    columns = ["round", "kind", "metric", "base", "model", "statistic", "peer", "value"]
+    assert list(lone.columns) == ["study", "run", AXIS, "seed", *columns]
     assert lone[AXIS].isna().all() and (lone["run"] == name).all()
-    pd.testing.assert_frame_equal(lone[["round", "kind", "metric", "peer", "value"]].reset_index(drop=True),
-                                  run.frame())
+    pd.testing.assert_frame_equal(lone[columns].reset_index(drop=True), run.frame())
     assert len(both.runs) == 5 and both.runs["study"].isna().sum() == 1
-    with pytest.raises(analysis.RunFolderError):
-        analysis.frame(study / "runs")  # a folder of runs is neither a run nor a study
+
+
+def test_a_folder_of_runs_and_studies_skips_the_rest_with_a_warning_each(study: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "runs"
+    shutil.copytree(study / "runs", folder)
+    shutil.copytree(study, folder / "zz-study")
+    (folder / "notes").mkdir()
+    (folder / "broken").mkdir()
+    (folder / "broken" / "config.yaml").write_text("- not a mapping\n")
+    with pytest.warns(UserWarning) as caught:
+        frames = analysis.frame(folder)
+    assert sorted(str(w.message).split(": ")[1].split()[1] for w in caught) == [str(folder / "broken"),
+                                                                                 str(folder / "notes")]
+    names = [p["name"] for p in json.loads((study / "plan.json").read_text())["points"]]
+    assert list(frames.runs["run"]) == sorted(names) + names  # the lone runs in name order, then the study's
+    assert frames.runs["study"].fillna("-").tolist() == ["-"] * 4 + ["tiny"] * 4
+
+
+# (metric, peer, the record's per-peer names) -> (base, model, statistic), by the rule of analysis.tidy's docstring
+PARTS = {("test_acc_avg", None, ()): ("test_acc", "average", None),
+         ("test_acc_untrained", None, ()): ("test_acc", "untrained", None),
+         ("test_acc_peer_min", None, ()): ("test_acc", "peer", "min"),
+         ("drift_to_avg_peer_mean", None, ()): ("drift_to_avg", "peer", "mean"),
+         ("drift_to_avg", 3, ("drift_to_avg",)): ("drift_to_avg", "peer", None),
+         ("drift_to_avg", None, ("drift_to_avg",)): ("drift_to_avg", None, None),
+         ("loss_mean", None, ("loss",)): ("loss", "peer", "mean"),
+         ("shard_mean", None, ()): ("shard_mean", None, None),
+         ("loss_stats.std", None, ("loss",)): ("loss", "peer", "std"),
+         ("network.degree_stats.max", None, ()): ("network.degree", "peer", "max"),
+         ("network.sigma2", None, ()): ("network.sigma2", None, None),
+         ("consensus_distance", None, ()): ("consensus_distance", None, None)}
+
+
+@pytest.mark.parametrize("key", PARTS)
+def test_metric_parts_name_the_model_and_statistic(key: tuple) -> None:
+    from analysis.tidy import metric_parts
+
+    metric, peer, per_peer = key
+    assert metric_parts(metric, peer, set(per_peer)) == PARTS[key]
+
+
+def test_a_groupby_over_the_peers_own_values_counts_each_once(study: Path) -> None:
+    records = analysis.frame(study).records
+    full = records[(records[AXIS] == 0) & (records["kind"] == "eval")]
+    own = full[(full["model"] == "peer") & full["statistic"].isna()]
+    assert own["peer"].notna().all()  # the peers' own values are exactly the per-peer rows
+    assert len(own) == len(full[full["peer"].notna()])
+    means = own.groupby(["run", "round", "base"])["value"].mean()
+    stated = full[full["statistic"] == "mean"].set_index(["run", "round", "base"])["value"]
+    assert len(stated) and means.loc[stated.index].to_numpy() == pytest.approx(stated.to_numpy(), rel=1e-9)
+    rounds = records[(records[AXIS] == 2) & (records["metric"] == "loss_stats.mean")]
+    assert set(rounds["base"]) <= {"loss"} and set(rounds["model"]) <= {"peer"}

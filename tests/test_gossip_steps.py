@@ -184,3 +184,27 @@ def test_other_refusals() -> None:
 def test_one_step_is_the_default() -> None:
     from p2pfl.config import make_config
     assert make_config(algorithm="quadratic").gossip_steps == 1
+
+
+def test_the_option_is_the_multi_step_schemes_own_and_keeps_its_flag_key_and_record(tmp_path: Path) -> None:
+    """--gossip-steps is declared by the schemes that declare MULTI_STEP (their base's options), no other scheme's
+    and not the core's; its flag, YAML key, config.yaml and manifest entry are what they were."""
+    import dataclasses
+
+    from p2pfl.cli import parse_args
+    from p2pfl.config import RunConfig, to_yaml
+    from p2pfl.gossip.schemes import SCHEMES
+    from p2pfl.gossip.schemes.base import MULTI_STEP
+    from p2pfl.registry import options_class
+
+    declaring = {n for n in SCHEMES.names() if "gossip_steps" in
+                 {f.name for f in dataclasses.fields(options_class(SCHEMES.get(n)) or RunConfig)}}
+    assert declaring == {n for n in SCHEMES.names() if MULTI_STEP in SCHEMES.get(n).capabilities}
+    assert {"average", "push-sum", "choco"} <= declaring and "d2" not in declaring
+    assert "gossip_steps" not in {f.name for f in dataclasses.fields(RunConfig)}
+    config = tmp_path / "c.yaml"
+    config.write_text("algorithm: quadratic\ngossip: push-sum\ngossip_steps: 3\n")
+    from_flag, _ = parse_args(["--algorithm", "quadratic", "--gossip", "push-sum", "--gossip-steps", "3"])
+    from_file, _ = parse_args(["--config", str(config)])
+    assert from_flag.gossip_steps == from_file.gossip_steps == 3 and from_flag == from_file
+    assert from_flag.to_dict()["gossip_steps"] == 3 and "\ngossip_steps: 3\n" in to_yaml(from_flag)

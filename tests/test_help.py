@@ -69,17 +69,30 @@ def owners() -> dict[str, list[str]]:
 def test_the_page_is_short_and_names_every_closed_options_choices(capsys) -> None:
     page = helped(["--help"], capsys)
     assert len(page.splitlines()) < MOST_LINES
-    own = components_options()
+    own = {**components_options(), **other_methods_options("dec-ssl")}
     for option, allowed in owners().items():
         line = own_line(page, option, own[option]) if option in own else line_of(page, option)
         assert all(name in line for name in allowed), (option, allowed, line)
     for option in CLOSED:
-        assert "{" in line_of(page, option), option
-    for f in options():  # one line a core option; a component's own options on one line of its kind
+        assert "{" in (own_line(page, option, own[option]) if option in own else line_of(page, option)), option
+    for f in options():  # one line a core option; a component's (another method's) own options on one line of its
+        # kind (its method's group)
         if f.name in own:
             own_line(page, f.name, own[f.name])
         else:
             line_of(page, f.name)
+
+
+def other_methods_options(algorithm: str) -> dict[str, str]:
+    """The options of other methods' groups that `algorithm` reads none of (on one line a group), with the group,
+    computed here from p2pfl.ignored: each option is unread by `algorithm` as another method's own."""
+    from p2pfl import cli_help
+    from p2pfl.ignored import unread_method_option
+    from p2pfl.options import catalogue
+
+    method = catalogue().get(algorithm)
+    return {f.name: group for group, fs in cli_help._groups().items()
+            if all(unread_method_option(method, f.name) is not None for f in fs) for f in fs}
 
 
 def own_line(page: str, option: str, kind: str) -> str:
@@ -87,7 +100,8 @@ def own_line(page: str, option: str, kind: str) -> str:
     found = [line for line in page.splitlines() if line.startswith(f"  {kind}: ")]
     assert len(found) == 1, (kind, found)
     entries = found[0].split(": ", 1)[1].split(", ")
-    entry = [e for e in entries if e.split()[0] == _flag(option)]
+    flag = _flag(option)
+    entry = [e for e in entries if e.split()[0] in (flag, f"--[no-]{flag[2:]}")]  # a boolean's both forms
     assert len(entry) == 1, (option, found[0])
     return entry[0]
 
@@ -95,7 +109,8 @@ def own_line(page: str, option: str, kind: str) -> str:
 def test_the_page_shows_the_defaults_the_named_method_runs_with(capsys) -> None:
     page = helped(["--help"], capsys)  # the default method: dec-ssl's budget and temperature
     assert line_of(page, "batch_size").endswith("[32*]") and line_of(page, "temperature").endswith("[0.2*]")
-    assert line_of(page, "mu").endswith("[0.0]") and line_of(page, "optimizer").endswith("[adam]")
+    assert line_of(page, "optimizer").endswith("[adam]")
+    assert own_line(page, "mu", "moon") == "--mu"  # moon's own option, which dec-ssl does not read: on moon's line
     moon = helped(["--help", "--algorithm", "moon"], capsys)  # wherever --help stands
     assert moon == helped(["--algorithm", "moon", "--help"], capsys)
     expected = {"mu": "5.0", "optimizer": "sgd", "lr": "0.01", "batch_size": "64", "weight_decay": "1e-05",

@@ -139,3 +139,20 @@ def test_chunked_gradient_equals_one_backward() -> None:
     expected = torch.cat([g.reshape(-1) for g in whole]).double()
     assert torch.allclose(gradient(model, loss, x, y, chunk=3), expected, rtol=1e-5, atol=1e-7)
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_unset_zeta2_batch_measures_the_final_evaluation_only(tmp_path: Path) -> None:
+    """--zeta2-batch unset: a learner's ζ² at the final evaluation alone, the value --zeta2-batch 512 gives there."""
+    from helpers_inproc import setup_algorithm
+
+    small = {"algorithm": "fedavg", "peers": 4, "topology": "cycle", "local_steps": 2, "batch_size": 16,
+             "train_subset": 256, "batch_peers": "off"}
+    got = {}
+    for name, extra in (("unset", {}), ("asked", {"zeta2_batch": 512})):
+        algo = setup_algorithm(tmp_path / name, **small, **extra)
+        net = algo.ctx.schedule.at(1)
+        algo.local_updates(sorted(algo.peers), 1, net)
+        algo.communicate(1, net)
+        got[name] = [algo.evaluate(1, final, net)[0].get("zeta2_avg") for final in (False, True)]
+    assert got["unset"][0] is None and got["asked"][0] is not None
+    assert got["unset"][1] == got["asked"][1] > 0.0

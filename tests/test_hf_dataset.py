@@ -23,6 +23,7 @@ from topologies.streams import SHARED, numpy_rng
 from conftest import one_and_two_ranks_agree, timing_free_records
 
 datasets = pytest.importorskip("datasets", reason="--dataset hf: needs the datasets package (pip install '.[hf]')")
+pytestmark = pytest.mark.usefixtures("own_cache")  # the parsed datasets are cached in the test's own data root
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDE = 8

@@ -21,6 +21,7 @@ from topologies.streams import SHARED, numpy_rng
 from conftest import one_and_two_ranks_agree
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures("own_cache")  # the parsed files are cached in the test's own data root
 
 
 def _generator():

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_data_augment import crops  # MOON's crop and flip, image by image
 from test_leaf import _leaf, _write  # LEAF's JSON layout, as Shakespeare's tests write it
 
 from p2pfl.config import ConfigError, make_config
@@ -20,6 +21,8 @@ from p2pfl.models import build_encoder
 from topologies.streams import SHARED, numpy_rng
 
 from conftest import one_and_two_ranks_agree
+
+pytestmark = pytest.mark.usefixtures("own_cache")  # the parsed files are cached in the test's own data root
 
 
 def _load(dataset: str, model: str = "simple-cnn", **options: object):
@@ -277,6 +280,45 @@ def test_fedavg_learns_femnist_far_above_the_majority_class(tmp_path: Path) -> N
     part = run.manifest["partition"]
     assert sorted(u for g in part["groups"] for u in g) == list(range(8)) and part["kind"] == "natural"
     assert run.manifest["dataset"]["users"] == [f"f{u:04d}" for u in range(8)]
+
+
+@pytest.mark.parametrize("algorithm, module", [("fedavg", "p2pfl.algorithms.fedavg"),
+                                               ("dec-sl", "p2pfl.algorithms.supervised")])
+@pytest.mark.parametrize("batch_peers", ["off", "on"])
+def test_femnist_trains_on_unmirrored_crops_padded_with_white_paper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    algorithm: str, module: str,
+                                                                    batch_peers: str) -> None:
+    """Handwriting is never mirrored (a mirrored 'b' is a 'd') and the crop's padding is the paper's white, in a
+    run's every training batch (peer by peer and peers stacked): each equals the crop alone, padded with 255, for
+    the same draws, which would have mirrored some of the images; the manifest records it."""
+    import importlib
+
+    from p2pfl.data.augment import normalize
+    from p2pfl.simulation import simulate
+
+    methods = importlib.import_module(module)
+    applied, seen = methods.supervised_apply, []
+
+    def recorded(x: torch.Tensor, draws: dict, *args: object, **kwargs: object) -> torch.Tensor:
+        out = applied(x, draws, *args, **kwargs)
+        seen.append((x.cpu(), draws["u"].cpu(), out.detach().cpu()))
+        return out
+
+    monkeypatch.setattr(methods, "supervised_apply", recorded)
+    root = femnist_set(tmp_path / "femnist", users=4, per_user=16)
+    run = simulate(dataset=f"femnist:{root}", model="simple-cnn", algorithm=algorithm, peers=4, rounds=1,
+                   local_steps=2, batch_size=8, batch_peers=batch_peers, eval_every=1, partition="natural",
+                   out=str(tmp_path / "r"), progress=False, plots=False)
+    assert run.manifest["dataset"]["augment"] == {"flip": False, "pad": 255}
+    ds = _load(f"femnist:{root}")
+    paper = normalize(torch.full((1, 1, 1, 1), 255, dtype=torch.uint8), ds.mean, ds.std)
+    assert len(seen) == (2 if batch_peers == "on" else 8), len(seen)
+    assert any(bool((u[:, 2] < 0.5).any()) for _, u, _ in seen)  # the photographs' recipe would mirror these
+    for x, u, out in seen:
+        assert torch.equal(out, normalize(crops(x, u, 4, 255, flip=False), ds.mean, ds.std))
+        assert not torch.equal(out, normalize(crops(x, u, 4, 255, flip=True), ds.mean, ds.std))
+        shifted = torch.floor(u[:, 0] * 9).long() < 4  # moved down: its top rows are padding
+        assert bool(shifted.any()) and bool((out[shifted, :, 0] == paper).all())
 
 
 @pytest.mark.parametrize("model, options", [("char-lstm", dict(embed_dim=16, lstm_hidden=64, lr=0.2, rounds=20)),

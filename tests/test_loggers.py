@@ -1,6 +1,8 @@
 """--log tensorboard,wandb: real runs' TensorBoard event files and W&B offline runs, read back with TensorBoard's own
-reader and a reader of W&B's record log here, hold exactly metrics.jsonl's numbers (read independently below), the
-resolved configuration and the plots; a tracker that fails never fails the run nor changes metrics.jsonl."""
+reader and a reader of W&B's record log here, hold exactly the tags written out below (grouped train/, eval/,
+comm/, time/, network/, each peer's own under peers/ with --log-peers; no bookkeeping) with metrics.jsonl's numbers
+at the key each tag names, the resolved configuration and the plots; a study's point is a W&B run grouped by its
+study; a tracker that fails never fails the run nor changes metrics.jsonl."""
 from __future__ import annotations
 
 import json
@@ -27,14 +29,58 @@ from golden_cases import normalise
 pytest.importorskip("tensorboard")
 pytest.importorskip("wandb")
 
-#: A learner with its loss, evaluations and the simulated clock's keys, plots drawn; and an asynchronous consensus
-#: run whose records are summarised (per-peer fields as statistics: 4 peers > --peer-records 2).
+#: A learner with its loss, evaluations and the simulated clock's keys, plots drawn, each peer's curves logged;
+#: and an asynchronous consensus run whose records are summarised (per-peer fields as statistics: 4 peers >
+#: --peer-records 2).
 LEARNER = ["--algorithm", "fedprox", "--dataset", "synthetic", "--peers", "4", "--rounds", "2", "--eval-every", "1",
            "--local-steps", "1", "--train-subset", "128", "--batch-size", "16", "--compute-time", "1", "--no-progress"]
 SUMMARISED = ["--algorithm", "consensus", "--peers", "4", "--vector-size", "50", "--compute-time", "1", "--latency",
               "0.1", "--mode", "async", "--updates", "12", "--eval-every-s", "1.5", "--peer-records", "2",
               "--no-progress", "--no-plots"]
-CASES = {"learner": LEARNER, "summarised": SUMMARISED}
+CASES = {"learner": [*LEARNER, "--log-peers"], "summarised": SUMMARISED}
+
+# ------------------------------------------------------------------------------------------- the tags, written out
+# Each tag with where its number sits in metrics.jsonl: the record's type and the key path (a peer's own: its id).
+
+def _round(*path: str) -> tuple[str, tuple[str, ...]]:
+    return "round", path
+
+
+def _eval(*path: str) -> tuple[str, tuple[str, ...]]:
+    return "eval", path
+
+
+TIMES = {f"time/{key}": _round(key) for key in ("elapsed_s", "round_s", "time_comm_s", "time_compute_s",
+                                                 "time_local_s", "time_schedule_s", "time_wait_s", "sim_round_s",
+                                                 "sim_time_s")}
+SHARED = {**TIMES, "train/consensus_distance": _round("consensus_distance"), "comm/bytes_sent": _round("bytes_sent"),
+          "comm/bytes_recv": _round("bytes_recv"), "network/links": _round("network", "links"),
+          "network/sigma2": _round("network", "sigma2"), "eval/sim_time_s": _eval("sim_time_s")}
+PEERS = range(4)
+STATS = ("mean", "std", "min", "max", "nonfinite")  # a statistic's `count` of peers is bookkeeping
+TAGS = {
+    "learner": {
+        **SHARED, "train/loss_mean": _round("loss_mean"),
+        **{f"eval/{m}": _eval("metrics", m) for m in (
+            "test_acc_avg", "zeta2_avg", "test_acc_peer_mean", "test_acc_peer_min", "test_acc_peer_max",
+            "drift_to_avg_peer_mean", "drift_to_avg_peer_min", "drift_to_avg_peer_max",
+            "drift_to_neighbours_peer_mean", "drift_to_neighbours_peer_min", "drift_to_neighbours_peer_max")},
+        **{f"peers/{m}/{p}": _round(m, str(p)) for m in ("loss", "bytes_sent_per_peer", "sim_compute_s",
+                                                          "sim_transfer_s", "sim_idle_s") for p in PEERS},
+        **{f"peers/degree/{p}": _round("network", "degree", str(p)) for p in PEERS},
+        **{f"peers/{m}/{p}": _eval("per_peer", str(p), m) for m in ("test_acc", "drift_to_avg",
+                                                                     "drift_to_neighbours") for p in PEERS}},
+    "summarised": {
+        **SHARED, "network/active_count": _round("active_count"),
+        **{f"network/degree_stats/{s}": _round("network", "degree_stats", s) for s in STATS},
+        **{f"comm/bytes_sent_per_peer_stats/{s}": _round("bytes_sent_per_peer_stats", s) for s in STATS},
+        **{f"eval/{m}": _eval("metrics", m) for m in (
+            "mean_shift", "distance_to_initial_mean_peer_mean", "distance_to_initial_mean_peer_min",
+            "distance_to_initial_mean_peer_max", "distance_to_mean_peer_mean", "distance_to_mean_peer_min",
+            "distance_to_mean_peer_max")},
+        **{f"eval/{m}_peer_std": _eval("per_peer_stats", m, "std") for m in ("distance_to_initial_mean",
+                                                                             "distance_to_mean")}},
+}
 
 
 def run(argv: list[str], out: Path, name: str) -> Path:
@@ -53,30 +99,18 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 # ------------------------------------------------------------------------------- the expectation, from the files
 
-def per_peer(value: dict) -> bool:
-    return bool(value) and all(key.isdigit() for key in value)
-
-
-def numbers_of(record: dict) -> dict[str, float]:
-    """Every number of a metrics.jsonl record (bools, the round and per-peer maps aside), by its key path."""
-    out = {}
-    stack = [(f"{record['type']}/{key}", value) for key, value in record.items() if key not in ("type", "round")]
-    while stack:
-        path, value = stack.pop()
-        if type(value) in (int, float):
-            out[path] = float(value)
-        elif type(value) is dict and not per_peer(value):
-            stack += [(f"{path}/{key}", item) for key, item in value.items()]
-    return out
-
-
-def expected_series(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    series: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        for tag, value in numbers_of(record).items():
-            series[tag].append((record["round"], value))
-    return {tag: sorted(points) for tag, points in series.items()}
+def expected_series(run_dir: Path, tags: dict[str, tuple[str, tuple[str, ...]]]) -> dict[str, list[tuple[int, float]]]:
+    """Each tag's (round, number) from every record of its type that holds its key path."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    series: dict[str, list[tuple[int, float]]] = {}
+    for name, (kind, path) in tags.items():
+        for record in records:
+            value: Any = record if record["type"] == kind else None
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            if type(value) in (int, float):
+                series.setdefault(name, []).append((record["round"], float(value)))
+    return {name: sorted(points) for name, points in series.items()}
 
 
 def config_of(run_dir: Path) -> dict[str, Any]:
@@ -112,14 +146,11 @@ def tensorboard_series(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_tensorboard_holds_exactly_the_records_numbers(runs: dict[str, Path], case: str) -> None:
-    want = expected_series(runs[case])
+def test_tensorboard_holds_exactly_the_tags_written_out_with_the_records_numbers(runs: dict[str, Path],
+                                                                                 case: str) -> None:
+    want = expected_series(runs[case], TAGS[case])
+    assert sorted(want) == sorted(TAGS[case])  # every tag's key is in the records: the expectation is not vacuous
     assert_same_series(tensorboard_series(runs[case]), want, cast=np.float32)  # event files hold float32
-    keys = {"round/consensus_distance", "round/bytes_sent", "round/sim_time_s", "round/network/links",
-            "eval/sim_time_s"}
-    keys |= ({"round/loss_mean", "eval/metrics/test_acc_avg"} if case == "learner" else
-             {"round/bytes_sent_per_peer_stats/mean", "round/active_count", "round/sim_round_s"})
-    assert keys <= set(want)  # the expectation is not vacuous
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -153,12 +184,13 @@ def test_a_resumed_run_purges_what_followed_its_checkpoint(tmp_path: Path) -> No
     with pytest.raises(SystemExit):
         main([*argv, "--fault", "raise@0:4", "--out", str(tmp_path), "--name", "run"])
     run_dir = tmp_path / "run"
-    first = [value for step, value in tensorboard_series(run_dir)["round/elapsed_s"] if step == 3]
+    first = [value for step, value in tensorboard_series(run_dir)["time/elapsed_s"] if step == 3]
     assert len(first) == 1
     assert main([*argv, "--resume", str(run_dir)]) == 0
-    want = expected_series(run_dir)
+    want = expected_series(run_dir, {name: where for name, where in TAGS["learner"].items()
+                                     if not name.startswith("peers/")})
     assert_same_series(tensorboard_series(run_dir), want, cast=np.float32)
-    elapsed = want["round/elapsed_s"]
+    elapsed = want["time/elapsed_s"]
     assert [s for s, _ in elapsed] == [0, 1, 2, 3, 4] and np.float32(elapsed[3][1]) != first[0]
 
 
@@ -207,7 +239,7 @@ def test_wandb_offline_run_holds_exactly_the_records_numbers_and_the_configurati
     records = wandb_records(runs[case])
     history = wandb_history(records)
     got = {key: sorted(points) for key, points in history.items() if not key.startswith(("_", "plots/"))}
-    assert_same_series(got, expected_series(runs[case]))  # full float64 precision
+    assert_same_series(got, expected_series(runs[case], TAGS[case]))  # full float64 precision
     config = {}
     for record in records:
         kind = record.WhichOneof("record_type")
@@ -222,6 +254,51 @@ def test_wandb_offline_run_holds_exactly_the_records_numbers_and_the_configurati
     for path in plots:
         ((step, saved),) = images[f"plots/{path.stem}"]
         assert step == 2 and (files / saved).read_bytes() == path.read_bytes()
+
+
+def wandb_run_record(run_dir: Path) -> Any:
+    return next(r.run for r in wandb_records(run_dir) if r.WhichOneof("record_type") == "run")
+
+
+def test_a_run_outside_a_study_is_a_wandb_run_of_job_type_run_in_no_group(runs: dict[str, Path]) -> None:
+    run = wandb_run_record(runs["summarised"])
+    assert (run.run_group, run.job_type, list(run.tags), run.display_name) == ("", "run", [], "summarised")
+
+
+def test_a_study_point_is_a_wandb_run_grouped_by_its_study_with_its_axes(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A point run as the study runs it (its --config, into STUDY/runs/NAME): group = the study's name, job type
+    point, tags axis=label, and its identity beside the options in the config."""
+    from p2pfl.study import StudyFolder, expand
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    plan = expand({"name": "sweep", "base": {"algorithm": "consensus", "peers": 4, "vector_size": 20, "rounds": 1,
+                                             "progress": False, "plots": False, "log": "wandb"},
+                   "axes": {"topology": ["cycle", "complete"]}, "seeds": 2})
+    folder = StudyFolder(tmp_path / "study")
+    folder.write_plan(plan, "")
+    point = plan.points[3]
+    assert point.axes == {"topology": "complete", "seed": "1"}
+    assert main(["--config", str(folder.config(point.name)), "--out", str(folder.path / "runs"),
+                 "--name", point.name]) == 0
+    run_dir = folder.run_dir(point.name)
+    run = wandb_run_record(run_dir)
+    assert (run.run_group, run.job_type, sorted(run.tags)) == ("sweep", "point", ["seed=1", "topology=complete"])
+    config = {item.key: json.loads(item.value_json) for item in run.config.update}
+    assert config["study"] == {"study": "sweep", "point": point.name, "job_type": "point",
+                               "axes": {"topology": "complete", "seed": "1"}}
+    assert config["topology"] == "complete" and config["seed"] == 1
+
+
+def test_a_tuning_point_has_job_type_tuning(tmp_path: Path) -> None:
+    plan = {"name": "tuned", "points": [{"name": "final", "axes": {"lr": "best"}}],
+            "tuning": [{"name": "try-lr-0.1", "axes": {"lr": "0.1"}}]}
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    tuning = loggers.wandb_options(tmp_path / "runs" / "try-lr-0.1", {"lr": 0.1})
+    assert (tuning["group"], tuning["job_type"], tuning["tags"]) == ("tuned", "tuning", ["lr=0.1"])
+    assert loggers.wandb_options(tmp_path / "runs" / "final", {})["job_type"] == "point"
+    assert loggers.wandb_options(tmp_path / "elsewhere" / "final", {"lr": 1})["config"] == {"lr": 1}
 
 
 def test_wandb_respects_a_mode_the_user_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -245,7 +322,10 @@ def test_under_mpirun_rank_0_alone_writes_the_trackers(runs_dir: Path, monkeypat
     assert "warning" not in proc.stdout + proc.stderr
     run_dir = runs_dir / "mpi"
     assert len(list((run_dir / "tensorboard").iterdir())) == 1
-    want = expected_series(run_dir)
+    synchronous = {f"time/{m}_stats/{s}": _round(f"{m}_stats", s) for m in ("sim_compute_s", "sim_transfer_s",
+                                                                             "sim_idle_s") for s in STATS}
+    want = expected_series(run_dir, {**TAGS["summarised"], **synchronous})
+    assert sorted(want) == sorted({**TAGS["summarised"], **synchronous})
     assert_same_series(tensorboard_series(run_dir), want, cast=np.float32)
     assert_same_series({key: sorted(points) for key, points in wandb_history(wandb_records(run_dir)).items()
                         if not key.startswith("_")}, want)

@@ -87,12 +87,18 @@ def test_server_on_a_star_equals_complete_uniform_and_counts_the_hubs_bytes(tmp_
 
 
 def test_weight_by_data_off_complete_uniform_warns_once(tmp_path: Path, capsys) -> None:
-    run(tmp_path, "c", *CONSENSUS, "--rounds", "1", "--topology", "cycle", "--weight-by-data")
-    lines = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
+    fedavg = ["--algorithm", "fedavg", "--peers", "4", "--dataset", "synthetic", "--train-subset", "64",
+              "--local-steps", "1", "--batch-size", "8", "--eval-every", "0", "--zeta2-batch", "0", "--no-progress",
+              "--no-plots", "--rounds", "1", "--weight-by-data"]
+    run(tmp_path, "c", *fedavg, "--topology", "cycle")
+    lines = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert len(lines) == 1 and "--weight-by-data on cycle/metropolis" in lines[0] and "biased consensus" in lines[0]
-    run(tmp_path, "d", *CONSENSUS, "--rounds", "1", "--topology", "complete", "--mixing", "uniform",
-        "--weight-by-data")
-    assert "warning" not in capsys.readouterr().out
+    run(tmp_path, "d", *fedavg, "--topology", "complete", "--mixing", "uniform")
+    assert "warning" not in capsys.readouterr().err
+    run(tmp_path, "e", *CONSENSUS, "--rounds", "1", "--topology", "cycle", "--weight-by-data")
+    lines = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert lines == ["p2pfl: warning: --weight-by-data is ignored: consensus averages random vectors: it reads no "
+                     "data and trains no model"]  # no data, no shard sizes: W stays doubly stochastic
 
 
 def test_a_schedule_that_leaves_a_peer_alone_is_refused_before_training(tmp_path: Path, capsys) -> None:

@@ -1,6 +1,8 @@
 """Preemption: a stop signal ends every rank at the end of the round with a checkpoint and exit status 75, and
-the resumed run equals an uninterrupted one bit for bit; a checkpoint interrupted while being written leaves
-the previous one usable; an unreadable checkpoint file is one line naming it."""
+the resumed run equals an uninterrupted one bit for bit; one that comes in set-up ends every rank with 75 before
+the first round, leaving no run folder (a resumed one as it was) and a study point preempted, not failed; a
+checkpoint interrupted while being written leaves the previous one usable; an unreadable checkpoint file is one
+line naming it."""
 from __future__ import annotations
 
 import json
@@ -14,9 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from p2pfl.run import main
-from p2pfl.runtime.preemption import PREEMPTED_EXIT
+from p2pfl.runtime.preemption import HOLD_ENV, PREEMPTED_EXIT
+from p2pfl.study import StudyFolder
 
 from conftest import ROOT, mpirun_path
 from golden_cases import normalise
@@ -50,10 +54,10 @@ def test_sigterm_to_mpirun_stops_after_the_round_and_the_resumed_run_is_exact(tm
     assert job.returncode == PREEMPTED_EXIT, err[-3000:]
     # Round 2's record is written just before the ranks check for a signal, so one that lands in between stops
     # the run after round 2; otherwise round 3 is under way and the run stops after it. Never later.
-    stopped = re.search(r"stopped after round (\d+) of 6 with a checkpoint", out)
-    assert stopped is not None, out[-3000:]
+    stopped = re.search(r"p2pfl: warning: SIGTERM received: stopped after round (\d+) of 6 with a checkpoint", err)
+    assert stopped is not None, err[-3000:]
     last = int(stopped.group(1))
-    assert last in (2, 3), out[-3000:]
+    assert last in (2, 3), err[-3000:]
     records = normalise(tmp_path / "stopped" / "metrics.jsonl")
     assert [r["round"] for r in records] == list(range(last + 1))
     lines = (tmp_path / "stopped" / "metrics.jsonl").read_text().splitlines()[1:]
@@ -65,6 +69,21 @@ def test_sigterm_to_mpirun_stops_after_the_round_and_the_resumed_run_is_exact(tm
     whole = subprocess.run([*cmd, "--name", "whole"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert normalise(tmp_path / "stopped" / "metrics.jsonl") == normalise(tmp_path / "whole" / "metrics.jsonl")
+
+
+def _signal_in_set_up(cmd: list[str], held: Path, sig: int = signal.SIGTERM) -> subprocess.CompletedProcess:
+    """Run `cmd` (a p2pfl.run, or a study running one) with its set-up held at HOLD_ENV's file, send `sig` to it
+    once the run is there, and return how it ended: the run certainly got the signal in set-up, as it waits for
+    one there."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", HOLD_ENV: str(held)}
+    job = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not held.exists() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert held.exists(), job.communicate(timeout=60)
+    job.send_signal(sig)
+    out, err = job.communicate(timeout=300)
+    return subprocess.CompletedProcess(cmd, job.returncode, out, err)
 
 
 CONSENSUS = ["--algorithm", "consensus", "--peers", "6", "--vector-size", "500", "--topology", "cycle",
@@ -113,3 +132,53 @@ def test_a_damaged_state_file_is_one_line_naming_it(tmp_path: Path, capsys) -> N
     assert exit_.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"p2pfl: error: --resume: {state} is not a readable checkpoint state (JSONDecodeError)"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_in_set_up_exits_75_and_leaves_no_run_folder(tmp_path: Path, sig: int) -> None:
+    cmd = [sys.executable, "-m", "p2pfl.run", *CONSENSUS, "--rounds", "3", "--out", str(tmp_path / "runs"),
+           "--name", "r"]
+    ended = _signal_in_set_up(cmd, tmp_path / "held", sig)
+    assert ended.returncode == PREEMPTED_EXIT, ended.stderr[-3000:]
+    name = signal.Signals(sig).name
+    assert f"p2pfl: {name} received in set-up: stopped before the first round" in ended.stdout, ended.stdout
+    assert "Traceback" not in ended.stderr, ended.stderr[-3000:]
+    assert not (tmp_path / "runs" / "r").exists()  # nothing to resume, nothing to read as failed
+    assert main([*CONSENSUS, "--rounds", "3", "--out", str(tmp_path / "runs"), "--name", "r"]) == 0  # same name
+
+
+def test_a_resumed_run_stopped_in_set_up_is_left_as_it_was_and_resumes(tmp_path: Path) -> None:
+    assert main([*CONSENSUS, "--rounds", "2", "--out", str(tmp_path), "--name", "r"]) == 0
+    run = tmp_path / "r"
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    cmd = [sys.executable, "-m", "p2pfl.run", *CONSENSUS, "--rounds", "4", "--resume", str(run)]
+    ended = _signal_in_set_up(cmd, tmp_path / "held")
+    assert ended.returncode == PREEMPTED_EXIT, ended.stderr[-3000:]
+    assert f"continue with --resume {run}" in ended.stdout, ended.stdout
+    after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == before
+    assert main([*CONSENSUS, "--rounds", "4", "--resume", str(run)]) == 0
+    assert [r["round"] for r in normalise(run / "metrics.jsonl") if r["type"] == "round"] == list(range(5))
+
+
+@pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=pytest.mark.mpi)])
+def test_a_study_point_stopped_in_set_up_is_preempted_not_failed_and_runs_again(tmp_path: Path, ranks: int) -> None:
+    """SIGTERM to the study runner while its point (on 1 rank, or 2 under mpirun: every rank exits) is in set-up:
+    the point exits 75 and reads preempted, with no run folder and nothing kept as a failed attempt; the study run
+    again finishes it."""
+    if ranks > 1 and mpirun_path() is None:
+        pytest.skip("no mpirun available")
+    options = {"algorithm": "consensus", "peers": 4, "vector_size": 50, "rounds": 2, "eval_every": 0, "plots": False}
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({"name": "s", "base": options, "axes": {"seed": [0]}}))
+    out = tmp_path / "studies"
+    cmd = [sys.executable, "-m", "p2pfl.study", str(study), "--out", str(out), "--ranks-per-run", str(ranks)]
+    ended = _signal_in_set_up(cmd, tmp_path / "held")
+    assert "seed-0: preempted" in ended.stdout, ended.stdout + ended.stderr[-3000:]
+    folder = StudyFolder(out / "s")
+    assert folder.rc("seed-0") == PREEMPTED_EXIT and folder.state("seed-0").state == "preempted"
+    assert not folder.run_dir("seed-0").exists()
+    again = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert folder.state("seed-0").state == "done" and not (out / "s" / "failed").exists()

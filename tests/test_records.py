@@ -29,8 +29,10 @@ from p2pfl.records import (
 from golden_cases import options, run_case
 
 #: Between them these runs write every key Manifest and Summary declare: a method without data (consensus),
-#: the learners with their mu entries (fedprox, moon with partial participation), FedMuscle with a spec.
+#: the learners with their mu entries (fedprox, moon with partial participation, and DP-SGD: its dp_sgd and
+#: dp_epsilon entries), FedMuscle with a spec.
 CASES = ["consensus", "fedprox", "moon", "fedmuscle-hetero"]
+CHANGES = {"moon": {"dp_clip": 1.0, "dp_noise": 1.0}}
 
 
 def problems(value: Any, tp: Any, where: str = "") -> list[str]:
@@ -84,7 +86,7 @@ def test_problems_sees_missing_undeclared_and_mistyped_keys() -> None:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("runs")
     for case in CASES:
-        run_case(case, out)
+        run_case(case, out, **CHANGES.get(case, {}))
     return {case: out / case for case in CASES}
 
 

@@ -6,6 +6,8 @@ import json
 import math
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,8 @@ from p2pfl.config import make_config
 from p2pfl.run import main
 from p2pfl.runtime.files import JsonLines, write_atomic
 from p2pfl.runtime.runfolder import RunFolder
+
+from conftest import ROOT
 
 CONSENSUS = ["--algorithm", "consensus", "--peers", "4", "--vector-size", "20", "--rounds", "2", "--eval-every",
              "0", "--no-progress", "--no-plots"]
@@ -91,6 +95,27 @@ def test_files_honour_the_umask(tmp_path: Path, mask: int) -> None:
     assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == expected
     for name in ("config.yaml", "manifest.json", "metrics.jsonl", "summary.json"):
         assert stat.S_IMODE((tmp_path / "r" / name).stat().st_mode) == expected, name
+
+
+def test_every_folder_and_file_of_a_run_follows_the_umask(tmp_path: Path) -> None:
+    """Under umask 027, everything a run with checkpoints, plots and both trackers creates (the trackers' own
+    files included) is rwxr-x--- (folders) or rw-r----- (files): no mode is forced; --quiet says nothing."""
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("wandb")
+    # A process of its own, and a W&B service of its own (no WANDB_SERVICE, which an earlier wandb run in this
+    # process leaves set for its children): that service writes the run's W&B files with the umask it started under.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    proc = subprocess.run([sys.executable, "-m", "p2pfl.run", *CONSENSUS, "--plots", "--checkpoint-every", "1",
+                           "--log", "tensorboard,wandb", "--quiet", "--out", str(tmp_path / "runs"), "--name", "r"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                          preexec_fn=lambda: os.umask(0o027))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == ""
+    made = [p for p in (tmp_path / "runs").rglob("*") if not p.is_symlink()]
+    kinds = {"plots", "tensorboard", "wandb", "checkpoint"}
+    assert kinds <= {p.name for p in made if p.is_dir()} and any(p.suffix == ".png" for p in made)
+    assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in made if p.is_dir()} == {oct(0o750)}
+    assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in made if p.is_file()} == {oct(0o640)}
 
 
 def test_a_run_failing_while_loading_data_reads_back_as_failed(tmp_path: Path, monkeypatch, capsys) -> None:

@@ -75,8 +75,8 @@ def test_exact_schemes_on_failing_one_way_links_warn_of_their_bias(runs_dir: Pat
     assert exact[-1] < 1e-12 < 1e-6 < biased[-1]
     warned = _run(runs_dir, "fail", *ONE_WAY, "--gossip", scheme, "--link-failure", "0.3")
     assert warned.returncode == 0, warned.stderr[-2000:]
-    lines = [line for line in warned.stdout.splitlines() if line.startswith("p2pfl: warning:")]
-    assert len(lines) == 1 and f"--gossip {scheme} on one-way links with failures" in lines[0], warned.stdout
+    lines = [line for line in warned.stderr.splitlines() if line.startswith("p2pfl: warning:")]
+    assert len(lines) == 1 and f"--gossip {scheme} on one-way links with failures" in lines[0], warned.stderr
     assert "biased" in lines[0]
     clean = _run(runs_dir, "clean", *ONE_WAY, "--gossip", scheme)
-    assert clean.returncode == 0 and "p2pfl: warning:" not in clean.stdout, clean.stdout
+    assert clean.returncode == 0 and "p2pfl: warning:" not in clean.stderr, clean.stderr

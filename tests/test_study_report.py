@@ -221,7 +221,7 @@ def test_old_manifests_get_p_and_n_eff_from_their_mixing(study, tmp_path):
 def test_bytes_figure_x_is_the_mean_over_seeds_of_the_cumulative_bytes_per_peer(study):
     """Each group's line: x the seeds' mean of Σ bytes_sent / active peers up to each evaluated round (read from
     metrics.jsonl here), y the seeds' mean metric; the band named once in the legend."""
-    from analysis.study_plots import CI_KEY, bytes_figure
+    from analysis.study_plots import bytes_figure, spread_words
 
     fig = bytes_figure(load_study(study), METRIC)
     (ax,) = fig.axes
@@ -245,9 +245,11 @@ def test_bytes_figure_x_is_the_mean_over_seeds_of_the_cumulative_bytes_per_peer(
         rounds = sorted(sent)
         assert list(lines[label].get_xdata()) == pytest.approx([np.mean(sent[t]) for t in rounds])
         assert list(lines[label].get_ydata()) == pytest.approx([np.mean(acc[t]) for t in rounds])
-    assert [t.get_text() for t in ax.get_legend().get_texts()].count(CI_KEY) == 1
+    key = f"shaded: {spread_words(load_study(study))}"
+    assert key.startswith("shaded: min–max over seeds: n\u00a0=\u00a0")  # at most 2 seeds: no t-interval, said so
+    assert [t.get_text() for t in ax.get_legend().get_texts()].count(key) == 1
     assert ax.get_xlabel().startswith("data sent per peer (")
-    assert ax.get_ylabel() == "test accuracy, network average"
+    assert ax.get_ylabel() == "test accuracy, network average (fraction correct)"
 
 
 @pytest.mark.parametrize("key, label", [
@@ -257,7 +259,9 @@ def test_bytes_figure_x_is_the_mean_over_seeds_of_the_cumulative_bytes_per_peer(
     ("drift_to_avg_peer_max", "distance to the average, highest peer"),
     ("knn_acc_untrained", "kNN accuracy, untrained model"),
     ("distance_to_mean_peer_mean", "distance to the peers' mean, peers' mean"),
-    ("consensus_distance", "consensus_distance"),  # no label, no role: the key as written
+    ("consensus_distance", "consensus distance"),  # a label, no role
+    ("loss_mean", "training loss"),  # a round record's key with a label of its own, not split
+    ("my_metric", "my_metric"),  # no label, no role: the key as written
     ("my_metric_avg", "my_metric, network average"),
 ])
 def test_study_axes_name_metric_and_model(key, label):

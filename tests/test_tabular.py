@@ -18,6 +18,7 @@ from topologies.streams import SHARED, numpy_rng
 from conftest import one_and_two_ranks_agree
 
 COLOURS = np.array(["blue", "green", "red"])
+pytestmark = pytest.mark.usefixtures("own_cache")  # the parsed tables are cached in the test's own data root
 
 
 def _table(n: int = 240, features: int = 8, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from p2pfl.algorithms.peer import ConsensusPeer
-from p2pfl.capabilities import GIVES_GRADIENTS, MIXES_BY_W
+from p2pfl.capabilities import GIVES_GRADIENTS, HANDS_OVER, MIXES_BY_W
 from p2pfl.context import RunContext
 from p2pfl.gossip import exact_mean
 from p2pfl.gossip.schemes.base import DEBIASED, PLAIN_MIX
@@ -40,8 +40,14 @@ class Consensus(Algorithm):
     headline = "consensus"
     #: It mixes one vector per peer by W (so --compress and the schemes that need no gradient apply: push-sum,
     #: CHOCO-gossip) and averages it pairwise under --mode async.
-    capabilities = frozenset({MIXES_BY_W, ASYNCHRONOUS})
+    capabilities = frozenset({MIXES_BY_W, ASYNCHRONOUS, HANDS_OVER})
     lacks = {GIVES_GRADIENTS: "it has no gradient: its vectors are not trained"}
+    ignores = dict.fromkeys(
+        ("dataset", "data_dir", "download", "partition", "rotate_groups", "train_subset", "validation", "model",
+         "local_epochs", "local_steps", "batch_size", "optimizer", "lr", "momentum", "nesterov", "weight_decay",
+         "schedule", "keep_optimizer", "batch_peers", "fedbn", "sl_augment", "crop_scale", "weight_by_data",
+         "probe_epochs", "knn_k", "zeta2_batch"),
+        "consensus averages random vectors: it reads no data and trains no model")
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
@@ -82,6 +88,12 @@ class Consensus(Algorithm):
 
     def consensus_vectors(self) -> dict[int, torch.Tensor]:
         return {p: peer.x for p, peer in self.peers.items()}
+
+    def carried(self, peer: int) -> torch.Tensor:
+        return self.peers[peer].x
+
+    def carry(self, peer: int, vector: torch.Tensor) -> None:
+        self.peers[peer].x = vector
 
     def evaluate(self, round: int, final: bool, net: RoundNetwork
                  ) -> tuple[dict[str, float], dict[int, dict[str, float]]]:

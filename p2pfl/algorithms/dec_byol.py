@@ -63,7 +63,9 @@ class DecBYOL(DecSSL):
     """BYOL peers on a gossip graph: online networks mixed, momentum targets local."""
 
     name = "dec-byol"
-    defaults = DEC_SSL_BUDGET  # no temperature: BYOL has none
+    defaults = DEC_SSL_BUDGET
+    ignores = {"temperature": "BYOL's loss is a mean squared error of normalised predictions, without a "
+                              "temperature"}
     lacks = {ASYNCHRONOUS: "its target momentum follows the rounds, which async does not count",
              BATCHABLE: "the target's per-step EMA is per-peer state the peer-stacked path does not carry"}
     record: ClassVar[type[Peer]] = BYOLPeer

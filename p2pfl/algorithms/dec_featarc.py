@@ -278,8 +278,10 @@ class DecFeatARC(DecSSL):
                  ) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
         averages = self.cluster_averages(net)
         sizes = self.cluster_sizes(net)
-        between = self.neighbour_drift(round, net) if final else {}  # before the root scores (as GossipLearner)
+        # the drift exchange before the root scores (as GossipLearner); none when no peer is scored
+        between = self.neighbour_drift(round, net) if final and self.cfg.eval_peers != 0 else {}
         metrics: dict[str, float] = {}
+        scores: list[dict[str, float]] = [{} for _ in averages]
         if self.ctx.world.is_root:
             scores = [self.score(avg, None, final) for avg in averages]
             for k, s in enumerate(scores):
@@ -295,6 +297,7 @@ class DecFeatARC(DecSSL):
         per_peer: dict[int, dict[str, float]] = {}
         if final:
             per_peer = self.final_peer_scores(metrics, between, net, lambda p: averages[self.peers[p].cluster],
-                                              lambda p: {"cluster": float(self.peers[p].cluster)})
+                                              lambda p: {"cluster": float(self.peers[p].cluster)},
+                                              averages=list(zip(averages, scores)))
         self.report_baseline(metrics, baseline)
         return metrics, per_peer

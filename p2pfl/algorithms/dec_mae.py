@@ -71,10 +71,11 @@ class DecMAE(GossipLearner):
         peer.mask_rng = torch_generator(self.cfg.seed, peer.id, "mask", self.ctx.device)
 
     def augment(self, peer: MAEPeer, x: torch.Tensor) -> torch.Tensor:
-        """One normalised view per image: random resized crop (scale 0.2–1) and flip from the peer's stream."""
+        """One normalised view per image: random resized crop (scale 0.2–1) and flip (where the dataset allows it)
+        from the peer's stream."""
         b, _, h, w = x.shape
         boxes = sample_crop_boxes(b, h, w, peer.augment_rng, MAE_CROP_SCALE, device=x.device)
-        flip = torch.rand(b, generator=peer.augment_rng, device=x.device) < 0.5
+        flip = torch.rand(b, generator=peer.augment_rng, device=x.device) < self.dataset.transform.flip_p
         return normalize(crop_resize_flip(x, boxes, flip, self.work.image_size), self.dataset.mean, self.dataset.std)
 
     def local_loss(self, batch: PeerBatch) -> StepLoss:

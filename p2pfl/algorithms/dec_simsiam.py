@@ -27,6 +27,7 @@ class DecSimSiam(DecSSL):
     name = "dec-simsiam"
     lacks = {BATCHABLE: "the peer-stacked path does not run per-view networks"}
     defaults = {**DEC_SSL_BUDGET, **SIMSIAM_PAPER}
+    ignores = {"temperature": "SimSiam's loss is a negative cosine similarity, without a temperature"}
 
     def make_model(self) -> nn.Module:
         encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size, cfg=self.cfg)

@@ -28,7 +28,7 @@ from p2pfl.algorithms.local_batch import PeerBatch, StepLoss
 from p2pfl.algorithms.peer import Peer, derived
 from p2pfl.algorithms.scoring import classifier_scores, classifier_scores_stacked, next_token, token_scores
 from p2pfl.algorithms.trainer import OneBatch
-from p2pfl.capabilities import FEATURES, MIXES_BY_W, SEQUENCE_LABELS, TOKENS
+from p2pfl.capabilities import FEATURES, MIXES_BY_W, PER_SAMPLE, SEQUENCE_LABELS, TOKENS
 from p2pfl.data import supervised_apply, supervised_draw
 from p2pfl.heterogeneity import Loss
 from p2pfl.method import ASYNCHRONOUS, BATCHABLE, Phase
@@ -53,10 +53,14 @@ class FedAvg(GossipLearner):
 
     name = "fedavg"
     defaults = MOON_PAPER
+    ignores = {**dict.fromkeys(("probe_epochs", "knn_k"), "it is scored by its own classifier: no linear probe, no "
+                                                          "kNN monitor"),
+               **dict.fromkeys(("sl_augment", "crop_scale"), "it trains on MOON's crop and flip")}
     # feature vectors: MoonNet on an mlp, no crop or flip; token sequences: MoonNet's head and classifier on every
     # position of a char-lstm's features, position t's logits predicting token t+1; labelled token sequences: the
-    # model built with the padding id (its features at a sequence's last token), then MoonNet's head and classifier
-    capabilities = frozenset({BATCHABLE, FEATURES, TOKENS, SEQUENCE_LABELS})
+    # model built with the padding id (its features at a sequence's last token), then MoonNet's head and classifier;
+    # per-sample gradients (DP-SGD): cross-entropy (MOON's contrastive term too) is a mean of per-sample terms
+    capabilities = frozenset({BATCHABLE, FEATURES, TOKENS, SEQUENCE_LABELS, PER_SAMPLE})
 
     def setup(self) -> None:
         super().setup()
@@ -73,9 +77,11 @@ class FedAvg(GossipLearner):
         return supervised_draw(x, peer.augment_rng)
 
     def apply(self, x: torch.Tensor, draws: dict[str, torch.Tensor]) -> torch.Tensor:
-        """MOON's supervised transform (random crop padded by an eighth of the side, flip, normalise), uint8 in."""
+        """MOON's supervised transform (random crop padded by an eighth of the side, flip, normalise), uint8 in; the
+        flip and the padding's fill as the dataset's images allow (FEMNIST: no flip, white paper)."""
         ds = self.dataset
-        return supervised_apply(x, draws, ds.mean, ds.std, padding_mode=self.padding_mode)
+        return supervised_apply(x, draws, ds.mean, ds.std, padding_mode=self.padding_mode,
+                                flip_p=ds.transform.flip_p, fill=ds.transform.fill)
 
     def criterion(self, out: tuple[torch.Tensor, ...], y: torch.Tensor, refs: list
                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -135,6 +141,7 @@ class FedProx(FedAvg):
 
     name = "fedprox"
     defaults = {**MOON_PAPER, "mu": FEDPROX_MU}
+    borrows = frozenset({"mu"})  # the proximal weight, in moon's section
     record: ClassVar[type[Peer]] = FedProxPeer
 
     @property

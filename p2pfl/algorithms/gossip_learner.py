@@ -7,16 +7,17 @@ evaluation and the weight drift.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
+from p2pfl.algorithms.distinct import plan_scoring, scoring_record, state_digest
 from p2pfl.algorithms.peer import Peer, derived
 from p2pfl.algorithms.trainer import LocalTrainer
-from p2pfl.capabilities import GIVES_GRADIENTS, HOLDS_OUT, MIXES_BY_W
+from p2pfl.capabilities import GIVES_GRADIENTS, HANDS_OVER, HOLDS_OUT, MIXES_BY_W
 from p2pfl.context import RunContext
 from p2pfl.data import ImageDataset, PeerData, SimCLRAugment, simclr_crop_scale
 from p2pfl.data.workload import Workload, load_workload
@@ -28,12 +29,14 @@ from p2pfl.method import ASYNCHRONOUS, LocalRound, Phase
 from p2pfl.models import MixableState, init_model
 from p2pfl.models.stacked import PeerStack
 from p2pfl.network import RoundNetwork
-from p2pfl.records import PEERS_SCORED, UNTRAINED
+from p2pfl.records import PEERS_SCORED, UNTRAINED, ScoringRecord
 from p2pfl.seeding import SHARED, torch_generator
 
 #: Metrics of an encoder's representation (scoring.representation_scores): each is also reported for the
 #: untrained encoder (`<metric>_untrained`), and the summary gives the gain.
 REPRESENTATION_METRICS = ("probe_acc", "knn_acc")
+#: Of those, what `score` gives the network average alone (peer None): the kNN monitor.
+AVERAGE_ONLY = frozenset({"knn_acc"})
 
 
 @dataclass(eq=False)
@@ -56,12 +59,13 @@ class GossipLearner(LocalTrainer):
     peers: dict[int, GossipPeer]
     #: It mixes its mixable state by W (so every --gossip scheme and --compress apply), hands a scheme its local
     #: update as G, and averages that state pairwise under --mode async.
-    capabilities = frozenset({MIXES_BY_W, GIVES_GRADIENTS, ASYNCHRONOUS, HOLDS_OUT})
+    capabilities = frozenset({MIXES_BY_W, GIVES_GRADIENTS, ASYNCHRONOUS, HOLDS_OUT, HANDS_OVER})
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
         self.work: Workload | None = None
         self._untrained: dict[bool, dict[str, float]] = {}  # untrained_scores, once per kind of evaluation
+        self._scoring: ScoringRecord | None = None  # what the final evaluation scored
 
     # ------------------------------------------------------------------ what a method supplies
     def make_model(self) -> nn.Module:
@@ -71,9 +75,20 @@ class GossipLearner(LocalTrainer):
     #: Whether `score` reports REPRESENTATION_METRICS (then the untrained encoder is scored as their baseline).
     scores_representations = False
 
+    #: Whether `score(model, peer, final)` of a peer's model depends on the model alone, not on which peer holds
+    #: it: then bitwise identical models are scored once (p2pfl.algorithms.distinct). A method that scores a
+    #: peer on its own data sets it False.
+    scores_by_model: ClassVar[bool] = True
+
     def score(self, model: nn.Module, peer: int | None, final: bool) -> dict[str, float]:
         """Metrics of one model (a peer's, or the network average when peer is None)."""
         return {}
+
+    def as_peer(self, average: dict[str, float]) -> dict[str, float]:
+        """What `score` gives a peer holding the network average's model, from the average's own scores: the
+        same, less what it gives the average alone (AVERAGE_ONLY, for a method that scores representations)."""
+        alone = AVERAGE_ONLY if self.scores_representations else frozenset()
+        return {k: v for k, v in average.items() if k not in alone}
 
     def zeta2_loss(self) -> Loss | None:
         """The supervised loss (model, normalised inputs, targets) whose gradients at the network average give
@@ -113,10 +128,11 @@ class GossipLearner(LocalTrainer):
         return self.work.dataset
 
     def simclr_augment(self) -> SimCLRAugment:
-        """SimCLR's views for this run's images (SPEC §4), with the --crop-scale for their size."""
+        """SimCLR's views for this run's images (SPEC §4), with the --crop-scale for their size, mirrored where the
+        dataset's images allow it."""
         size, ds = self.work.image_size, self.dataset
         return SimCLRAugment(size, self.work.channels, ds.mean, ds.std,
-                             scale=(simclr_crop_scale(self.cfg.crop_scale, size), 1.0))
+                             scale=(simclr_crop_scale(self.cfg.crop_scale, size), 1.0), flip_p=ds.transform.flip_p)
 
     def load_data(self) -> None:
         self.work = load_workload(self.cfg, self.ctx.n_peers, self.ctx.world)
@@ -213,6 +229,13 @@ class GossipLearner(LocalTrainer):
     def async_vector(self, peer: int) -> torch.Tensor:
         return self.peers[peer].mixable.flatten()
 
+    def carried(self, peer: int) -> torch.Tensor:
+        """The mixable state, what gossip carries (FedBN's BatchNorm layers stay the peer's own)."""
+        return self.peers[peer].mixable.flatten(self.peers[peer].buffer)
+
+    def carry(self, peer: int, vector: torch.Tensor) -> None:
+        self.peers[peer].mixable.unflatten_(vector)
+
     def load_async_vector(self, peer: int, vector: torch.Tensor) -> None:
         self.peers[peer].mixable.unflatten_(vector)
 
@@ -240,18 +263,20 @@ class GossipLearner(LocalTrainer):
                  ) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
         avg = self.average_model(net)
         avg.eval()
-        zeta2 = at_average(self, avg, net)  # collective, before any rank goes its own way
+        zeta2 = at_average(self, avg, net, final)  # collective, before any rank goes its own way
         # The evaluation's one exchange comes before the root's scoring of the average, so that no rank waits
-        # on the root (and its receive timeout) while the root probes; the ranks meet again only at the gather.
-        between = self.neighbour_drift(round, net) if final else {}
+        # on the root (and its receive timeout) while the root probes; the ranks meet again only after scoring.
+        between = self.neighbour_drift(round, net) if final and self.cfg.eval_peers != 0 else {}
         metrics: dict[str, float] = {}
+        scores: dict[str, float] = {}
         if self.ctx.world.is_root:
             scores = self.score(avg, None, final)
             metrics = {f"{k}_avg": v for k, v in scores.items()}
             if zeta2 is not None:
                 metrics["zeta2_avg"] = zeta2
         baseline = self.baseline_here(final)
-        per_peer = self.final_peer_scores(metrics, between, net, lambda p: avg) if final else {}
+        per_peer = self.final_peer_scores(metrics, between, net, lambda p: avg, averages=[(avg, scores)]) \
+            if final else {}
         self.report_baseline(metrics, baseline)
         return metrics, per_peer
 
@@ -275,17 +300,47 @@ class GossipLearner(LocalTrainer):
 
     def final_peer_scores(self, metrics: dict[str, float], between: dict[int, float], net: RoundNetwork,
                           reference: Callable[[int], nn.Module],
-                          extra: Callable[[int], dict[str, float]] | None = None) -> dict[int, dict[str, float]]:
+                          extra: Callable[[int], dict[str, float]] | None = None,
+                          averages: Sequence[tuple[nn.Module, dict[str, float]]] = ()) -> dict[int, dict[str, float]]:
         """The final scores of the local peers in the --eval-peers sample, each with its drift to its reference
         model (the network average) and to its neighbours and the method's `extra` entries; the root's
-        `metrics` get `peers_scored`."""
+        `metrics` get `peers_scored`. `averages`: the network averages the root has scored (every rank holds the
+        models; the scores are the root's), whose scores a peer holding one of them reports. Collective."""
         sample = self.eval_sample(net)
         if self.ctx.world.is_root:
             metrics[PEERS_SCORED] = float(len(sample))
         scored = [p for p in self.alive_peers(net) if p in sample]
         return {p: {**scores, **(extra(p) if extra else {}),
                     "drift_to_avg": weight_drift(self.peers[p].model, reference(p)), "drift_to_neighbours": between[p]}
-                for p, scores in self.score_peers(scored, True).items()}
+                for p, scores in self.score_distinct(scored, averages).items()}
+
+    def score_distinct(self, peers: list[int], averages: Sequence[tuple[nn.Module, dict[str, float]]] = ()
+                       ) -> dict[int, dict[str, float]]:
+        """`score_peers(peers, final=True)` of the local `peers`, each distinct model among them scored once
+        (p2pfl.algorithms.distinct): the lowest peer holding it scores it, and on the root a peer holding one of
+        the `averages` it scored reports their scores (`as_peer`). Collective (one gather, to the root, of what
+        each rank scored: the manifest's and summary's `scoring`)."""
+        world = self.ctx.world
+        if not self.scores_by_model:
+            out = self.score_peers(peers, True)
+            self.record_scoring(len(peers), [b""] * len(peers), [b""] * len(averages), by_digest=False)
+            return out
+        mine = {p: state_digest(self.peers[p].model) for p in peers}
+        known = [state_digest(model) for model, _ in averages] if world.is_root else []
+        plan = plan_scoring(mine, known)
+        scores = self.score_peers(plan.scorers, True)
+        out = {p: dict(scores[plan.source[p]]) if p in plan.source else self.as_peer(averages[plan.known[p]][1])
+               for p in peers}
+        self.record_scoring(len(plan.scorers), list(mine.values()), known)
+        return out
+
+    def record_scoring(self, models: int, digests: list[bytes], known: list[bytes], by_digest: bool = True) -> None:
+        """Gather what each rank scored (`models`, its peers' `digests`) to the root, which records it with the
+        `known` models it scored first: manifest["scoring"], summary["scoring"]. Collective."""
+        parts = self.ctx.world.gather((models, digests))
+        if parts is not None:
+            self._scoring = scoring_record(parts, known, by_digest)
+            self.ctx.record_manifest(scoring=dict(self._scoring))
 
     def untrained_scores(self, final: bool) -> dict[str, float]:
         """The representation metrics (REPRESENTATION_METRICS) of the untrained encoder, the common
@@ -299,12 +354,18 @@ class GossipLearner(LocalTrainer):
             self._untrained[final] = {k: v for k, v in fresh.items() if k in REPRESENTATION_METRICS}
         return self._untrained[final]
 
+    def summary(self) -> dict[str, Any]:
+        """The local trainer's entries and `scoring`: what the final evaluation scored (records.ScoringRecord)."""
+        out = super().summary()
+        return out if self._scoring is None else {**out, "scoring": dict(self._scoring)}
+
     def summary_lines(self, summary) -> list[str]:
         """The gain of the network average over the untrained encoder, per representation metric."""
         final = summary["final"]
-        return [f"{k}: {final[f'{k}_avg']:.4f} vs {final[f'{k}_untrained']:.4f} untrained "
-                f"(gain {100 * (final[f'{k}_avg'] - final[f'{k}_untrained']):+.1f} points)"
-                for k in REPRESENTATION_METRICS if f"{k}_avg" in final and f"{k}_untrained" in final]
+        gains = [f"{k}: {final[f'{k}_avg']:.4f} vs {final[f'{k}_untrained']:.4f} untrained "
+                 f"(gain {100 * (final[f'{k}_avg'] - final[f'{k}_untrained']):+.1f} points)"
+                 for k in REPRESENTATION_METRICS if f"{k}_avg" in final and f"{k}_untrained" in final]
+        return [*super().summary_lines(summary), *gains]
 
     def neighbour_drift(self, round: int, net: RoundNetwork) -> dict[int, float]:
         """Mean d_w between each local peer alive in `net` and its alive neighbours in the support graph (one

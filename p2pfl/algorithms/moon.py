@@ -61,6 +61,7 @@ class Moon(FedAvg):
 
     name = "moon"
     defaults = {**MOON_PAPER, "mu": MOON_MU, "temperature": MOON_TAU}
+    borrows = frozenset({"temperature"})  # its contrastive term's, in dec-ssl's section
     record: ClassVar[type[Peer]] = MoonPeer
     lacks = {ASYNCHRONOUS: "its references (the model a round starts from, the pool of earlier rounds' models) "
                            "follow synchronous rounds",

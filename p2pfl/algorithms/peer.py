@@ -9,6 +9,7 @@ rebuilt from the configuration or only used inside a round are marked `derived()
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,15 +25,44 @@ def derived(default: Any = None) -> Any:
     return field(default=default, metadata={CHECKPOINT: False})
 
 
+class OnDemand:
+    """A record field holding an optimiser, or a factory of one that is called when the field is first read.
+
+    Peers trained peer-stacked step with `p2pfl.stacked_optim` and read their own `torch.optim` optimiser only to
+    carry its state (--keep-optimizer), to checkpoint it or when they train alone; building one per peer at set-up
+    anyway cost most of the set-up (the first one imports torch._dynamo). A field declared `= OnDemand()` has no
+    default: it is given at construction, as the optimiser or as a zero-argument callable returning it.
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}_on_demand"
+
+    def __get__(self, record: Any, owner: type | None = None) -> torch.optim.Optimizer:
+        if record is None:  # class access: no default value (dataclasses asks so)
+            raise AttributeError(self.slot)
+        value = record.__dict__[self.slot]
+        if not isinstance(value, torch.optim.Optimizer):
+            value = record.__dict__[self.slot] = value()
+        return value
+
+    def __set__(self, record: Any, value: torch.optim.Optimizer | Callable[[], torch.optim.Optimizer]) -> None:
+        record.__dict__[self.slot] = value
+
+    def built(self, record: Any) -> bool:
+        """Whether `record`'s optimiser exists (has been read or was given built)."""
+        return isinstance(record.__dict__.get(self.slot), torch.optim.Optimizer)
+
+
 @dataclass(eq=False)
 class Peer:
-    """One training peer: its model, its shard (and epoch cursor), its augmentation stream, its optimiser."""
+    """One training peer: its model, its shard (and epoch cursor), its augmentation stream, its optimiser (built
+    when first read: `OnDemand`)."""
 
     id: int = field(metadata={CHECKPOINT: False})
     model: nn.Module
     data: PeerData
     augment_rng: torch.Generator
-    optimizer: torch.optim.Optimizer
+    optimizer: torch.optim.Optimizer = OnDemand()  # type: ignore[assignment]
     #: What the peer remembers as an attacker (--byzantine) across rounds, per stream of vectors it sends: stale
     #: its first message (p2pfl.gossip.codec.Attacking); empty for honest peers and the other attacks.
     attack_memory: dict[str, Any] = field(default_factory=dict, kw_only=True)

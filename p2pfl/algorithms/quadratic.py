@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from p2pfl.algorithms.peer import derived
-from p2pfl.capabilities import GIVES_GRADIENTS, MIXES_BY_W
+from p2pfl.capabilities import GIVES_GRADIENTS, HANDS_OVER, MIXES_BY_W
 from p2pfl.context import RunContext
 from p2pfl.gossip import exact_mean
 from p2pfl.gossip.schemes.base import DEBIASED
@@ -134,7 +134,12 @@ class Quadratic(Algorithm):
     defaults: ClassVar[dict[str, Any]] = {"dtype": "float64", "optimizer": "sgd"}
     # plain gradient steps
     allowed: ClassVar[dict[str, tuple[Any, ...]]] = {"optimizer": ("sgd",), "nesterov": (False,)}
-    capabilities = frozenset({MIXES_BY_W, GIVES_GRADIENTS})  # the test bed of every --gossip scheme
+    capabilities = frozenset({MIXES_BY_W, GIVES_GRADIENTS, HANDS_OVER})  # the test bed of every --gossip scheme
+    ignores = dict.fromkeys(
+        ("dataset", "data_dir", "download", "partition", "rotate_groups", "train_subset", "validation", "model",
+         "local_epochs", "batch_size", "weight_decay", "keep_optimizer", "batch_peers", "fedbn", "sl_augment",
+         "crop_scale", "weight_by_data", "probe_epochs", "knn_k"),
+        "quadratic takes --local-steps gradient steps of size --lr on its generated problem: no data, no model")
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
@@ -198,6 +203,12 @@ class Quadratic(Algorithm):
 
     def consensus_vectors(self) -> dict[int, torch.Tensor]:
         return {p: self.ctx.scheme.model(peer.x, peer.scheme) for p, peer in self.peers.items()}
+
+    def carried(self, peer: int) -> torch.Tensor:
+        return self.peers[peer].x
+
+    def carry(self, peer: int, vector: torch.Tensor) -> None:
+        self.peers[peer].x = vector
 
     def errors(self, net: RoundNetwork) -> dict[int, float]:
         """Each local alive peer's Σ_coordinates (x_i − x*)² (x_i its model: push-sum's x/w)."""

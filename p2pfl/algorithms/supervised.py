@@ -17,7 +17,7 @@ from p2pfl.algorithms.scoring import (
     representation_scores,
     representation_scores_stacked,
 )
-from p2pfl.capabilities import FEATURES, MIXES_BY_W
+from p2pfl.capabilities import FEATURES, MIXES_BY_W, PER_SAMPLE
 from p2pfl.data import supervised_apply, supervised_draw
 from p2pfl.heterogeneity import Loss
 from p2pfl.method import ASYNCHRONOUS, BATCHABLE
@@ -34,7 +34,8 @@ class DecSL(GossipLearner):
 
     scores_representations = True
     name = "dec-sl"
-    capabilities = frozenset({BATCHABLE, FEATURES})  # feature vectors: no crop or flip (--sl-augment crop-flip)
+    # feature vectors: no crop or flip (--sl-augment crop-flip); per-sample gradients (DP-SGD): a cross-entropy
+    capabilities = frozenset({BATCHABLE, FEATURES, PER_SAMPLE})
 
     def setup(self) -> None:
         super().setup()
@@ -56,7 +57,8 @@ class DecSL(GossipLearner):
     def apply(self, x: torch.Tensor, draws: dict[str, torch.Tensor]) -> torch.Tensor:
         if self.augment is not None:
             return self.augment.apply(x, draws)
-        return supervised_apply(x, draws, self.dataset.mean, self.dataset.std)
+        ds = self.dataset
+        return supervised_apply(x, draws, ds.mean, ds.std, flip_p=ds.transform.flip_p, fill=ds.transform.fill)
 
     def criterion(self, out: torch.Tensor, y: torch.Tensor, refs: list) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return F.cross_entropy(out, y), {}

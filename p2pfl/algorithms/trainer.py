@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable
+from functools import partial
 from typing import Any, ClassVar
 
 import torch
@@ -33,6 +34,9 @@ from p2pfl.data import PeerData
 from p2pfl.method import BATCHABLE, Algorithm, LocalRound
 from p2pfl.models.params import state_copy
 from p2pfl.network import RoundNetwork
+from p2pfl.privacy.dp_options import dp_on
+from p2pfl.privacy.dp_sgd import DPSGD, DPStep, one_peer_loss, refuse_model
+from p2pfl.records import DP_EPSILON
 from p2pfl.seeding import torch_generator
 
 
@@ -52,6 +56,7 @@ class LocalTrainer(Algorithm):
         self.batched: BatchedPeers | None = None  # when --batch-peers applies
         #: When a dict, every local step's loss is appended under its peer (tests compare the two paths by it).
         self.step_losses: dict[int, list[float]] | None = None
+        self.dp: DPSGD | None = None  # with --dp-clip (p2pfl.privacy.dp_sgd)
 
     # ------------------------------------------------------------------ what a method supplies
     def load_data(self) -> None:
@@ -134,10 +139,44 @@ class LocalTrainer(Algorithm):
             model = self.build_model(p)
             peer = self.record(id=p, model=model, data=self.shard(p),
                                augment_rng=torch_generator(self.cfg.seed, p, "augment", device),
-                               optimizer=self.make_optimizer(self.trainable(model)))
+                               optimizer=partial(self.make_optimizer, self.trainable(model)))  # built when read
             self.init_peer(peer)
             self.peers[p] = peer
+        if dp_on(self.cfg):
+            self.setup_dp()
         self.setup_batching()
+
+    def setup_dp(self) -> None:
+        """DP-SGD's accounting of this rank's peers (σ solved per peer for --dp-epsilon), its manifest entry (every
+        rank's peers); a model or task whose per-sample gradients it cannot take is refused in one line."""
+        refuse_model(self.peers[self.ctx.local_peers[0]].model, self.cfg.model)
+        if getattr(getattr(self, "dataset", None), "tokens", False):
+            raise ValueError("--dp-clip: DP-SGD does not take next-token prediction yet (each position's target is "
+                             "read outside the per-sample loss)")
+        self.dp = DPSGD.from_config(self.cfg, self.ctx.device)
+        for p, peer in self.peers.items():
+            self.dp.add_peer(p, len(peer.data), self.batch_size(peer), self.cfg.rounds * self.full_steps(peer))
+        peers = {k: v for part in self.ctx.world.allgather(self.dp.record()) for k, v in part.items()}
+        self.ctx.record_manifest(dp_sgd={**self.dp.settings(), "peers": dict(sorted(peers.items(), key=lambda kv:
+                                                                                   int(kv[0])))})
+
+    def summary(self) -> dict[str, Any]:
+        """With DP-SGD, each peer's ε over the run and their largest (collective)."""
+        out = super().summary()
+        if self.dp is None:
+            return out
+        mine = {str(p): self.dp.epsilon(p) for p in self.peers}
+        every = {k: v for part in self.ctx.world.allgather(mine) for k, v in part.items()}
+        every = dict(sorted(every.items(), key=lambda kv: int(kv[0])))
+        return {**out, DP_EPSILON: every, DP_EPSILON + "_max": max(every.values()), "dp_delta": self.dp.delta}
+
+    def summary_lines(self, summary: Any) -> list[str]:
+        """With DP-SGD, the largest ε a peer spent."""
+        lines = super().summary_lines(summary)
+        if DP_EPSILON + "_max" in summary:
+            lines.append(f"DP-SGD: every peer's epsilon <= {summary[DP_EPSILON + '_max']:.4g} at delta "
+                         f"{summary['dp_delta']:g} (RDP accountant; each peer's in summary.json)")
+        return lines
 
     def setup_batching(self) -> None:
         """Decide --batch-peers for this rank's peers and say so in the manifest (every rank's verdict)."""
@@ -151,16 +190,22 @@ class LocalTrainer(Algorithm):
         self.record_memory()
 
     def record_memory(self) -> None:
-        """The manifest's bytes per peer: model, optimiser state (once it has stepped), training shard."""
+        """The manifest's bytes per peer: model, optimiser state (once it has stepped), what the training shard holds
+        alone; and the training set the rank's shard views share (held once per rank; 0 where shards are copies)."""
         from p2pfl.runtime.memory import peer_bytes
-        mine = [peer_bytes(peer.model, self.cfg.optimizer, optim.local_momentum(self.cfg), (peer.data.x, peer.data.y))
+        momentum = optim.local_momentum(self.cfg)
+        mine = [{**peer_bytes(peer.model, self.cfg.optimizer, momentum, peer.data.own_bytes()),
+                 "view": peer.data.rows is not None, "shared": peer.data.shared_bytes()}
                 for peer in self.peers.values()]
         every = [b for part in self.ctx.world.allgather(mine) for b in part]
         shards = [b["shard_bytes"] for b in every]
+        views = sum(b["view"] for b in every)
         self.ctx.record_manifest(memory={
             "parameters_bytes_per_peer": max(b["parameters_bytes"] for b in every),
             "optimizer_bytes_per_peer": max(b["optimizer_bytes"] for b in every),
-            "shard_bytes_mean": sum(shards) / len(shards), "shard_bytes_max": max(shards)})
+            "shard_bytes_mean": sum(shards) / len(shards), "shard_bytes_max": max(shards),
+            "shards": "views" if views == len(every) else "copies" if views == 0 else "views and copies",
+            "shared_bytes_per_rank": max(b["shared"] for b in every)})
 
     # ------------------------------------------------------------------ optimisers and schedule
     trainable = staticmethod(trainable)
@@ -251,11 +296,12 @@ class LocalTrainer(Algorithm):
         steps = [self.steps(peer, net) for peer in group]
         size = self.batch_size(group[0])
         references = [self.references(peer) for peer in group]
+        private = None if self.dp is None else self.dp.round_step([peer.id for peer in group], size)
         if len(group) == 1:
-            run: LocalRun = OnePeer(self, group[0], round, size, references[0])
+            run: LocalRun = OnePeer(self, group[0], round, size, references[0], private)
         else:
             assert self.batched is not None
-            run = self.batched.run(group, round, size, references)
+            run = self.batched.run(group, round, size, references, private)
         device = self.ctx.device
         totals = torch.zeros(len(group), dtype=torch.float64, device=device)
         terms: dict[str, torch.Tensor] = {}
@@ -279,6 +325,8 @@ class LocalTrainer(Algorithm):
         totals_, terms_ = totals.tolist(), {k: v.tolist() for k, v in terms.items()}
         for i, peer in enumerate(group):  # the guard first: the hook records only accepted updates
             metrics = {"loss": totals_[i] / steps[i], **{k: v[i] / steps[i] for k, v in terms_.items()}}
+            if self.dp is not None:  # the round's steps spent, rolled back or not
+                metrics[DP_EPSILON] = self.dp.account(peer.id, steps[i])
             if math.isfinite(metrics["loss"]) and finite[i]:
                 self.after_local(peer, round, steps[i])
             else:
@@ -295,13 +343,13 @@ class OnePeer(LocalRun):
     """A peer's local round alone: its own model and optimiser, a step at a time."""
 
     def __init__(self, trainer: LocalTrainer, peer: Peer, round: int, size: int,
-                 references: list[nn.Module]) -> None:
-        self.trainer, self.peer, self.size, self.refs = trainer, peer, size, references
+                 references: list[nn.Module], private: DPStep | None = None) -> None:
+        self.trainer, self.peer, self.size, self.refs, self.private = trainer, peer, size, references, private
         self.before = state_copy(peer.model)  # what the peer returns to when its update turns non-finite
         self.opt = trainer.for_round(peer.optimizer, round)
 
     def batch(self, n: int) -> PeerBatch:
-        return OneBatch(self.peer, *self.peer.data.next_batch(self.size), self.refs)
+        return OneBatch(self.peer, *self.peer.data.next_batch(self.size), self.refs, self.private)
 
     def step(self, loss: torch.Tensor, n: int) -> None:
         self.opt.zero_grad(set_to_none=True)
@@ -318,10 +366,12 @@ class OnePeer(LocalRun):
 
 
 class OneBatch(PeerBatch):
-    """A step's batch of one peer: its uint8 images `x` and targets `y`, and its reference models."""
+    """A step's batch of one peer: its uint8 images `x` and targets `y`, and its reference models; with `private`
+    (DP-SGD) its loss carries the privatised gradient."""
 
-    def __init__(self, peer: Peer, x: torch.Tensor, y: torch.Tensor, references: list[nn.Module]) -> None:
-        self.peer, self.peers, self.x, self.y, self.refs = peer, [peer], x, y, references
+    def __init__(self, peer: Peer, x: torch.Tensor, y: torch.Tensor, references: list[nn.Module],
+                 private: DPStep | None = None) -> None:
+        self.peer, self.peers, self.x, self.y, self.refs, self.private = peer, [peer], x, y, references, private
 
     def augment(self, draw: Callable[[Peer, torch.Tensor], Any], apply: Callable[[torch.Tensor, Any], torch.Tensor]
                 ) -> torch.Tensor:
@@ -329,10 +379,13 @@ class OneBatch(PeerBatch):
 
     def model_loss(self, inputs: torch.Tensor, criterion: Criterion, penalty: Penalty | None = None) -> StepLoss:
         peer = self.peer
-        out = peer.model(inputs)
+        out = peer.model(inputs) if self.private is None else None
         with torch.no_grad():
             refs = [ref(inputs) for ref in self.refs]
-        loss, terms = criterion(out, self.y, refs)
+        if self.private is None:
+            loss, terms = criterion(out, self.y, refs)
+        else:
+            loss, terms = one_peer_loss(self.private, peer.model, inputs, self.y, refs, criterion)
         if penalty is not None:  # its records keep `start`, the parameters the peer started the round with
             extra = penalty([p.unsqueeze(0) for p in trainable(peer.model)], [p.unsqueeze(0) for p in peer.start])
             loss = loss + extra[0]

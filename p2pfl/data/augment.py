@@ -9,6 +9,8 @@ images costs a handful of tensor ops. Given the same generator state, the output
   One-channel images get brightness and contrast only.
 - :func:`supervised_augment`: random crop with 4-pixel padding on 32-pixel images (the same eighth of other
   sizes: :func:`crop_padding`) and horizontal flip (MOON's CIFAR recipe).
+- :class:`ImageTransform`: what a dataset's images allow these (the dataset declares it,
+  p2pfl.data.datasets._base.Dataset): the flip (off for handwriting) and the crop padding's fill.
 - :func:`normalize`: uint8 → float in [0, 1] → (x − mean) / std, for evaluation.
 
 Feature vectors B×F (a tabular dataset's, p2pfl.capabilities.FEATURES) pass the supervised transform and
@@ -19,11 +21,35 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale
+#: The horizontal flip's probability in MOON's supervised recipe, SimCLR's views and MAE's, where a dataset allows it.
+FLIP_P = 0.5
+
+
+@dataclass(frozen=True)
+class ImageTransform:
+    """What a dataset's images allow the training augmentations: the horizontal flip (off where a mirror image is
+    another class or no sample at all: handwriting, a mirrored 'b' is a 'd') and the uint8 value the supervised crop's
+    padding is filled with (0, black, as torchvision's RandomCrop; a light background asks for its own colour).
+    The default is every built-in photograph dataset's, so their augmented batches are what they always were."""
+
+    flip: bool = True
+    fill: int = 0
+
+    @property
+    def flip_p(self) -> float:
+        """The probability a training view is mirrored: `FLIP_P`, or 0 (the draws are the same either way)."""
+        return FLIP_P if self.flip else 0.0
+
+    def record(self) -> dict[str, Any]:
+        """The manifest's `augment` entry of the dataset record."""
+        return {"flip": self.flip, "pad": self.fill}
 
 
 def to_float(x: torch.Tensor) -> torch.Tensor:
@@ -229,7 +255,7 @@ class SimCLRAugment:
 
     def __init__(self, image_size: int, channels: int, mean: Sequence[float], std: Sequence[float],
                  scale: tuple[float, float] = (0.08, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3),
-                 flip_p: float = 0.5, jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.4, 0.1),
+                 flip_p: float = FLIP_P, jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.4, 0.1),
                  jitter_p: float = 0.8, gray_p: float = 0.2):
         if channels not in (1, 3):
             raise ValueError(f"SimCLRAugment supports 1 or 3 channels, not {channels}")
@@ -341,18 +367,20 @@ def crop_padding(size: int) -> int:
 
 
 def supervised_augment(x: torch.Tensor, generator: torch.Generator, mean: Sequence[float], std: Sequence[float],
-                       padding: int | None = None, flip_p: float = 0.5, padding_mode: str = "constant"
-                       ) -> torch.Tensor:
+                       padding: int | None = None, flip_p: float = FLIP_P, padding_mode: str = "constant",
+                       fill: int = 0) -> torch.Tensor:
     """Supervised training transform: random crop of the original size from the image padded by ``padding``
-    (default `crop_padding` of its side; zeros, or "reflect" as in MOON's CIFAR-10 code), horizontal flip with
-    ``flip_p``, then normalise."""
-    return supervised_apply(x, supervised_draw(x, generator), mean, std, padding, padding_mode, flip_p)
+    (default `crop_padding` of its side; with ``fill``, 0 by default, or "reflect" as in MOON's CIFAR-10 code),
+    horizontal flip with ``flip_p``, then normalise."""
+    return supervised_apply(x, supervised_draw(x, generator), mean, std, padding, padding_mode, flip_p, fill)
 
 
 def supervised_apply(x: torch.Tensor, draws: dict[str, torch.Tensor], mean: Sequence[float], std: Sequence[float],
-                     padding: int | None = None, padding_mode: str = "constant", flip_p: float = 0.5) -> torch.Tensor:
-    """`supervised_augment` with given draws: cropping and flipping are one gather on the uint8 batch. Feature
-    vectors B×F (a tabular dataset) have no crop or flip: they are only normalised."""
+                     padding: int | None = None, padding_mode: str = "constant", flip_p: float = FLIP_P,
+                     fill: int = 0) -> torch.Tensor:
+    """`supervised_augment` with given draws: cropping and flipping are one gather on the uint8 batch. ``fill`` is
+    the constant padding's value in uint8 units (of 255 on float images). Feature vectors B×F (a tabular dataset)
+    have no crop or flip: they are only normalised."""
     if x.dim() == 2:
         return normalize(x, mean, std)
     b, c, height, width = x.shape
@@ -364,7 +392,7 @@ def supervised_apply(x: torch.Tensor, draws: dict[str, torch.Tensor], mean: Sequ
     oy, ox, flip = offsets[:, 0], offsets[:, 1], u[:, 2] < flip_p
     if padding > 0:
         if padding_mode == "constant":
-            padded = F.pad(x, (padding,) * 4)
+            padded = F.pad(x, (padding,) * 4, value=fill if x.dtype == torch.uint8 else fill / 255)
         else:
             padded = F.pad(x.to(torch.get_default_dtype()), (padding,) * 4, mode=padding_mode).to(x.dtype)
     else:

@@ -1,7 +1,7 @@
 """A run's data: the dataset on this rank's device, its partition over peers, and each local peer's shard."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,8 @@ class Workload:
     seed: int
     rotate_groups: int
     manifest: dict[str, Any]
+    #: the training set on each device the shards were asked for (`training_set`)
+    held: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
     @property
     def channels(self) -> int:
@@ -41,12 +43,22 @@ class Workload:
         return [float(p.size) for p in self.parts]
 
     def shard(self, peer: int, device: torch.device) -> PeerData:
-        """Peer's training images (rotated for its group under --rotate-groups) as a PeerData on `device`."""
+        """Peer's training images as a PeerData on `device`: a view (its rows of the training set, which the rank
+        holds once on `device`, gathered per batch), or under --rotate-groups a copy rotated for its group."""
         idx = torch.as_tensor(self.parts[peer])
-        x = self.dataset.x_train[idx]
-        if self.rotate_groups > 1:
-            x = rotate_images(x, self.groups[peer], self.rotate_groups)
-        return PeerData(x, self.dataset.y_train[idx], peer=peer, seed=self.seed, device=device)
+        if self.rotate_groups > 1:  # the peer's images are its own: rotated once, not at every batch
+            x = rotate_images(self.dataset.x_train[idx], self.groups[peer], self.rotate_groups)
+            return PeerData(x, self.dataset.y_train[idx], peer=peer, seed=self.seed, device=device)
+        x, y = self.training_set(device)
+        return PeerData(x, y, peer=peer, seed=self.seed, device=device, rows=idx)
+
+    def training_set(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training images and targets on `device`, moved (and made contiguous) once for all the shards."""
+        key = str(device)
+        if key not in self.held:
+            ds = self.dataset
+            self.held[key] = (ds.x_train.to(device).contiguous(), ds.y_train.to(device))
+        return self.held[key]
 
 
 def prepare_datasets(names: list[str], cfg: Any, world: Any) -> None:

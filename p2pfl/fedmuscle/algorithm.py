@@ -223,7 +223,9 @@ class FedMuscle(LocalTrainer):
     # ------------------------------------------------------------------ local training
     def local_loss(self, batch: PeerBatch) -> StepLoss:
         peer, x, y = batch.alone()
-        out = peer.model(supervised_augment(x, peer.augment_rng, peer.task.mean, peer.task.std))
+        task = peer.task
+        out = peer.model(supervised_augment(x, peer.augment_rng, task.mean, task.std, flip_p=task.transform.flip_p,
+                                            fill=task.transform.fill))
         if peer.task.entry.multilabel:
             return F.binary_cross_entropy_with_logits(out, y), {}
         return F.cross_entropy(out, y), {}

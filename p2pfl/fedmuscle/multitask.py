@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from p2pfl.data.augment import to_geometry
+from p2pfl.data.augment import ImageTransform, to_geometry
 from p2pfl.data.datasets import DATASETS, ImageDataset, load_dataset
 from p2pfl.data.loader import PeerData
 from p2pfl.data.partition import random_subset
@@ -48,6 +48,8 @@ class PeerTask:
     test: tuple[torch.Tensor, torch.Tensor]
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    #: Its dataset's images' training transform (the flip, the crop padding's fill).
+    transform: ImageTransform
     channels: int
     image_size: int
     outputs: int
@@ -185,8 +187,8 @@ def load_multitask_workload(spec: PeersSpec, cfg: Any, world: Any, local_peers: 
             xt, yt = make_task(e.task, e.labels, xt, yt, ds.num_classes, cfg.seed, SHARED, "test", coarse)
             tests[g] = (xt.to(device), yt.to(device))
         task = PeerTask(entry=e, data=PeerData(x, y, peer=p, seed=cfg.seed, device=device), test=tests[g],
-                        mean=tuple(ds.mean), std=tuple(ds.std), channels=ds.channels, image_size=ds.image_size,
-                        outputs=task_outputs(e.task, e.labels, ds.num_classes))
+                        mean=tuple(ds.mean), std=tuple(ds.std), transform=ds.transform, channels=ds.channels,
+                        image_size=ds.image_size, outputs=task_outputs(e.task, e.labels, ds.num_classes))
         if task.geometry not in public:
             public[task.geometry] = to_geometry(public_x, *task.geometry).to(device)
         tasks[p] = task

@@ -1,11 +1,12 @@
 """The checked exchange: the one place a round's messages are exchanged and validated.
 
 encode (the codec, on the sender's side) -> transport -> decode -> tamper (omniscient attackers' messages made
-for each receiver, p2pfl.byzantine.omniscient) -> validate what arrived -> agree on the rejected links across
-ranks -> the round's network without them. Every caller that sends something in a round (gossip, the server's
-hops, a returning peer's pull, FeatARC's clusters, FedMuscle's representations, the drift measurement) goes
-through a round's `Exchanges` (p2pfl.gossip.exchanges), which combines, judges and agrees once for all the
-exchanges it started; what they rejected comes back as a value (`Delivery.events`) for the round record.
+for each receiver, p2pfl.byzantine.omniscient) -> observe (curious peers look, p2pfl.curious) -> validate
+what arrived -> agree on the rejected links across ranks -> the round's network without them. Every caller that
+sends something in a round (gossip, the server's hops, a returning peer's pull, FeatARC's clusters, FedMuscle's
+representations, the drift measurement) goes through a round's `Exchanges` (p2pfl.gossip.exchanges), which
+combines, judges and agrees once for all the exchanges it started; what they rejected comes back as a value
+(`Delivery.events`) for the round record.
 """
 from __future__ import annotations
 
@@ -139,6 +140,8 @@ class Handle:
             inbox = {p: {q: decoded[q] for q in got} for p, got in received.items()}
         if self._tamper is not None:
             inbox = {p: self._tamper(p, got) for p, got in inbox.items()}
+        for observe in self._c.observers:  # curious peers look at what they got (p2pfl.curious)
+            observe(self._round, inbox)
         if self._valid is None:
             return Delivery(inbox, frozenset(), self._net, Events(), self._pending)
         rejected = self._c.agree(self._round, [failing(inbox, inbox, self._valid)])[0]
@@ -158,6 +161,8 @@ class CheckedExchange:
         self.codec = Poisoned(codec or Codec(), self.faults.poisoned)
         #: False (--on-nonfinite abort): a non-finite message ends the job instead of being rejected.
         self.reject_nonfinite = reject_nonfinite
+        #: Called with (round, inbox) for every delivered exchange, before it is judged; they only look.
+        self.observers: list[Callable[[int, Inbox], None]] = []
 
     def start(self, vectors: Mapping[int, torch.Tensor], round: int, links: Links, net: RoundNetwork | None = None,
               valid: Callable[[torch.Tensor], bool] | None = finite, codec: Codec | None = None,

@@ -5,6 +5,7 @@ receiver what came."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from typing import Any
 
 import torch
 
@@ -26,6 +27,10 @@ class Codec:
     def passes_through(self) -> bool:
         """Whether `decode` hands every payload back as it came (then the receivers need no decoding pass)."""
         return type(self).decode is Codec.decode
+
+    def bind(self, cfg: Any, algorithm: Any) -> None:
+        """Once the run's method (`algorithm`, a p2pfl.method.Algorithm) is set up, what the codec takes from it
+        (a compressor under --compress-scope tensor: its mixed vector's layout); the identity takes nothing."""
 
 
 class Wrapping(Codec):

@@ -1,5 +1,6 @@
 """Gossip over the checked exchange: a round's exchanges (`exchanges`), one round's mix with a combine rule, the
-server's two hops and a returning peer's pull. Each returns the mixed vectors and the round's events as values."""
+server's two hops, a returning peer's pull and a moved model's hand-over. Each returns the mixed vectors and the
+round's events as values."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
@@ -121,5 +122,16 @@ class Gossip:
             if row:
                 total = sum(w for _, w in row)
                 out[peer] = weighted_sum(vectors[peer], received, [(j, w / total) for j, w in row])
+        delivered.release()
+        return Mixed(out, net, delivered.events)
+
+    def handover(self, vectors: dict[int, torch.Tensor], net: RoundNetwork, round: int) -> Mixed:
+        """Each receiver of `net.handover` takes its sender's vector as it is (teleport: the models move to the
+        round's active peers); `vectors` holds the local senders'. One dense message per move, counted as every
+        message is; a non-finite one is rejected and its receiver keeps its own vector."""
+        links = {i: (j,) for i, j in sorted(net.handover.items())}
+        delivered = self.exchanges(None, round).start(vectors, links).result()
+        out = {peer: received[net.handover[peer]].clone() for peer, received in delivered.inbox.items()
+               if (peer, net.handover[peer]) not in delivered.rejected and net.handover[peer] in received}
         delivered.release()
         return Mixed(out, net, delivered.events)

@@ -1,5 +1,9 @@
-"""The encoder interface shared by every model family, and the option error type."""
+"""The encoder interface shared by every model family, the option error type, and the import of the optional
+Hugging Face libraries."""
 from __future__ import annotations
+
+import importlib
+from types import ModuleType
 
 import torch
 from torch import nn
@@ -7,6 +11,19 @@ from torch import nn
 
 class ModelConfigError(ValueError):
     """A user-chosen model option is wrong (unknown name, bad size, unknown keyword)."""
+
+
+def hf_library(module: str, what: str) -> ModuleType:
+    """Import `module` of transformers or peft (the optional `hf` extra: hf: encoders, vit-tiny, MAE, LoRA), or a
+    ModelConfigError whose one line says that `what` needs it and how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        top = module.split(".")[0]
+        if exc.name is not None and exc.name.split(".")[0] != top:
+            raise  # the library is there but something it needs is broken: its own error says what
+        raise ModelConfigError(f"{what} needs {top}, which is not installed (the optional dependencies of "
+                               "the 'hf' extra: pip install 'p2pfl-sim[hf]')") from None
 
 
 class Encoder(nn.Module):

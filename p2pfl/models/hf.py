@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import Encoder, ModelConfigError, check_geometry
+from .base import Encoder, ModelConfigError, check_geometry, hf_library
 
 POOLS = ("auto", "pooler", "cls", "mean")
 # (module-name suffixes) tried in order when target_modules is not given.
@@ -79,7 +79,7 @@ class HFEncoder(Encoder):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        from transformers import AutoModel
+        AutoModel = hf_library("transformers", f"encoder 'hf:{path}'").AutoModel
 
         check_geometry("hf:" + path, in_channels, image_size)
         if not os.path.isdir(path):
@@ -115,7 +115,8 @@ class HFEncoder(Encoder):
         model.train(was_training)
 
         if self.lora_rank > 0:
-            from peft import LoraConfig, get_peft_model
+            peft = hf_library("peft", "encoder 'hf:' with lora_rank > 0")
+            LoraConfig, get_peft_model = peft.LoraConfig, peft.get_peft_model
 
             targets = list(target_modules) if isinstance(target_modules, (list, tuple)) else target_modules
             lcfg = LoraConfig(
@@ -163,7 +164,7 @@ class HFEncoder(Encoder):
         """Keep the pretrained weights; re-draw every LoRA adapter (A kaiming-uniform, B zero)."""
         if self.lora_rank <= 0:
             return
-        from peft.tuners.lora import LoraLayer
+        LoraLayer = hf_library("peft.tuners.lora", "encoder 'hf:' with lora_rank > 0").LoraLayer
 
         with torch.no_grad():
             for m in self.model.modules():

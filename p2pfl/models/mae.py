@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .base import ModelConfigError
+from .base import ModelConfigError, hf_library
 from .vit import ViTEncoder
 
 
@@ -23,8 +23,8 @@ class MAEDecoder(nn.Module):
     def __init__(self, enc_dim: int, n_patches: int, patch_dim: int, dim: int, depth: int, heads: int,
                  attn_implementation: str | None = None, initializer_range: float = 0.02) -> None:
         super().__init__()
-        from transformers import ViTConfig
-        from transformers.models.vit.modeling_vit import ViTLayer
+        ViTConfig = hf_library("transformers", "MAE's decoder").ViTConfig
+        ViTLayer = hf_library("transformers.models.vit.modeling_vit", "MAE's decoder").ViTLayer
 
         if dim % heads:
             raise ModelConfigError(f"MAE decoder: decoder_dim {dim} must be divisible by decoder_heads {heads}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .base import Encoder, ModelConfigError, check_geometry
+from .base import Encoder, ModelConfigError, check_geometry, hf_library
 from .encoders import MODELS, Model
 
 POOLS = ("cls", "mean")
@@ -33,7 +33,8 @@ class ViTEncoder(Encoder):
         initializer_range: float = 0.02,
     ) -> None:
         super().__init__()
-        from transformers import ViTConfig, ViTModel
+        transformers = hf_library("transformers", "encoder 'vit-tiny'")
+        ViTConfig, ViTModel = transformers.ViTConfig, transformers.ViTModel
 
         check_geometry("vit-tiny", in_channels, image_size, min_size=patch_size)
         if image_size % patch_size:

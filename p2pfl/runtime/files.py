@@ -82,6 +82,17 @@ def loads(text: str) -> Any:
     return restore_nonfinite(json.loads(text))
 
 
+def save_array(path: str | os.PathLike, array: Any) -> None:
+    """A numpy array as a .npy file at `path`, replaced atomically."""
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(array))
+    write_atomic(path, buffer.getvalue())
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     """`obj` as indented strict JSON, replacing `path` atomically."""
     write_atomic(path, dumps(obj, indent=2) + "\n")

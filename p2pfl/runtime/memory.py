@@ -3,7 +3,7 @@
     python -m p2pfl.runtime.memory [--gpu-gib 140] [--node-gib 24]
 
 prints, for every built-in encoder, the bytes a Dec-SSL peer keeps (parameters and buffers, Adam's state, its
-share of a dataset) and how many such peers fit in a GPU's and a node's memory.
+shard's index list) and how many such peers fit in a GPU's and a node's memory beside the training set.
 """
 from __future__ import annotations
 
@@ -29,10 +29,11 @@ def optimizer_bytes(model: nn.Module, optimizer: str, momentum: float = 0.9) -> 
     return per * sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
 
-def peer_bytes(model: nn.Module, optimizer: str, momentum: float, shard: tuple[torch.Tensor, ...]) -> dict[str, int]:
-    """A peer's standing memory: model, optimiser state, training shard."""
+def peer_bytes(model: nn.Module, optimizer: str, momentum: float, shard_bytes: int) -> dict[str, int]:
+    """A peer's standing memory: model, optimiser state, what its training shard holds alone (its index list when
+    the shard is a view of the rank's training set, `PeerData.own_bytes`)."""
     return {"parameters_bytes": model_bytes(model), "optimizer_bytes": optimizer_bytes(model, optimizer, momentum),
-            "shard_bytes": sum(t.numel() * t.element_size() for t in shard)}
+            "shard_bytes": int(shard_bytes)}
 
 
 def peak_bytes(device: torch.device) -> dict[str, int | str]:
@@ -45,21 +46,24 @@ def peak_bytes(device: torch.device) -> dict[str, int | str]:
 
 def capacity_table(gpu_gib: float, node_gib: float) -> list[dict]:
     """Per built-in encoder (as Dec-SSL's SimCLR network on 3×32×32 images, Adam): bytes per peer and how many
-    peers fit in `gpu_gib` and `node_gib` (standing memory only: a peer's model, Adam state and a 1/100 share of
-    CIFAR-10's 50,000 training images; the batched step's working memory comes on top, per chunk of peers)."""
+    peers fit in `gpu_gib` and `node_gib` (standing memory only: a peer's model, Adam state and its shard, the index
+    list of a 1/100 share of CIFAR-10's 50,000 training images, which the rank holds once; the batched step's
+    working memory comes on top, per chunk of peers)."""
     from p2pfl.models import SimCLRNet, build_encoder
-    shard = 50_000 * 3 * 32 * 32 // 100 + 50_000 * 8 // 100
+    training_set = 50_000 * 3 * 32 * 32 + 50_000 * 8
+    shard = 50_000 // 100 * 8
     rows = []
     for name in ("simple-cnn", "resnet-small", "resnet18", "vit-tiny"):
         model = SimCLRNet(build_encoder(name, 3, 32), 128)
         per = model_bytes(model) + optimizer_bytes(model, "adam") + shard
-        rows.append({"model": name, "bytes_per_peer": per, "gpu_peers": int(gpu_gib * 2**30 // per),
-                     "node_peers": int(node_gib * 2**30 // per)})
+        rows.append({"model": name, "bytes_per_peer": per,
+                     "gpu_peers": int(max(0, gpu_gib * 2**30 - training_set) // per),
+                     "node_peers": int(max(0, node_gib * 2**30 - training_set) // per)})
     return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     parser.add_argument("--gpu-gib", type=float, default=140.0)
     parser.add_argument("--node-gib", type=float, default=24.0)
     args = parser.parse_args()

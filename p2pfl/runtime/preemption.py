@@ -1,14 +1,30 @@
 """Stop cleanly when the scheduler says so: SIGTERM or SIGUSR1 (what Slurm sends before a preemption, or before
-the time limit with `sbatch --signal=B:USR1@120`) ends the run at the end of the current round on every rank,
-with a checkpoint, and exit status PREEMPTED_EXIT, which a batch script turns into a requeue."""
+the time limit with `sbatch --signal=B:USR1@120`), and on the command line Ctrl-C (SIGINT), end the run on every
+rank with exit status PREEMPTED_EXIT, which a batch script turns into a requeue: at the end of the current round
+with a checkpoint, or, when the signal comes in set-up, at set-up's next stop point, before the first round
+(p2pfl.run). `python -m p2pfl.run` installs the handlers for the whole process before its imports, so no moment of
+a run is left to the signal's default (death by the signal, a point a study marks failed). A second Ctrl-C stops
+at once (KeyboardInterrupt)."""
 from __future__ import annotations
 
+import os
 import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
+from typing import Any
 
 #: Exit status of every rank of a run stopped by a signal after writing its checkpoint (EX_TEMPFAIL).
 PREEMPTED_EXIT = 75
+#: The scheduler's stop signals, which a run's rounds always stop on.
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+#: What the command line stops on besides: Ctrl-C (a library call, p2pfl.simulate, leaves SIGINT to its caller).
+COMMAND_LINE_SIGNALS = (*SIGNALS, signal.SIGINT)
+#: Testing aid: with a path in this variable, rank 0 creates that file in set-up and waits there until a stop
+#: signal arrives, so a test signals a run certainly in set-up (tests/test_preemption.py).
+HOLD_ENV = "P2PFL_HOLD_SETUP"
 
 
 class StopSignals:
@@ -18,20 +34,64 @@ class StopSignals:
         self.received: int | None = None
         self._previous: dict[int, object] = {}
 
-    def install(self) -> StopSignals:
-        for sig in SIGNALS:
+    @property
+    def installed(self) -> bool:
+        """Whether its handlers are in place."""
+        return bool(self._previous)
+
+    def install(self, signals: tuple[int, ...] = SIGNALS) -> StopSignals:
+        self.received = None
+        for sig in signals:
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.received is None:
             self.received = signum
+        elif signum == signal.SIGINT:
+            raise KeyboardInterrupt
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
         self._previous = {}
+        self.received = None
 
     @property
     def name(self) -> str:
         return signal.Signals(self.received).name if self.received is not None else "none"
+
+
+#: The process's stop signals: what set-up's stop points and the rounds read.
+STOP = StopSignals()
+
+
+@contextmanager
+def stop_signals(signals: tuple[int, ...] = SIGNALS) -> Iterator[StopSignals]:
+    """The process's stop signals held over a block: installed for it, and restored after, unless the process had
+    installed them already (`python -m p2pfl.run`, for its whole life), when they are left as they are."""
+    if STOP.installed:
+        yield STOP
+        return
+    STOP.install(signals)
+    try:
+        yield STOP
+    finally:
+        STOP.restore()
+
+
+def hold_for_signal(is_root: bool) -> None:
+    """With HOLD_ENV set (a testing aid), rank 0 creates its file and waits until a stop signal arrives."""
+    path = os.environ.get(HOLD_ENV)
+    if path is None or not is_root or not STOP.installed:
+        return
+    Path(path).touch()
+    while STOP.received is None:
+        time.sleep(0.01)
+
+
+def signalled(world: Any) -> str | None:
+    """The name of the stop signal a rank of `world` has received (the highest-numbered when several have), None
+    when none has; collective, so every rank decides alike."""
+    signum = int(world.allreduce_max(float(STOP.received or 0)))
+    return signal.Signals(signum).name if signum else None

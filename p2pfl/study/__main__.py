@@ -20,7 +20,7 @@ from p2pfl.study.tune import TuneError, arm_name
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m p2pfl.study", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m p2pfl.study", description=__doc__, allow_abbrev=False)
     parser.add_argument("study", help="the study file (YAML), or a study folder made from one")
     parser.add_argument("--out", default="studies", help="parent of the study folder (default: studies)")
     parser.add_argument("--status", action="store_true", help="print done / running / failed / preempted / "
@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ranks-per-run", type=int, default=1, help="MPI ranks of each point (1: one process "
                                                                      "hosting every peer)")
     parser.add_argument("--jobs", type=int, default=None, help="points at once locally (default: cores / ranks)")
+    parser.add_argument("--isolate", action="store_true", help="run each one-rank point as its own `python -m "
+                        "p2pfl.run` process (default: in worker processes that import p2pfl once)")
     parser.add_argument("--slurm", action="store_true", help="submit the points as one Slurm job array")
     parser.add_argument("--throttle", type=int, default=None, help="array tasks at once on Slurm (the %% of "
                                                                    "--array; default: the study's or 16)")
@@ -103,8 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.slurm:
         return _submit(folder, plan, first, then, args)
     jobs = args.jobs or default_jobs(args.ranks_per_run)
+    how = "its own process" if args.isolate or args.ranks_per_run > 1 else "a worker process"
     print(f"{folder.path}: running {len(todo)} of {len(names)} points ({len(first)} tuning), {jobs} at once, "
-          f"{args.ranks_per_run} rank(s) each ({skipped} skipped)", flush=True)
+          f"{args.ranks_per_run} rank(s) each in {how} ({skipped} skipped)", flush=True)
     t0, done = time.monotonic(), [0]
 
     def event(name: str, what: str, rc: int | None) -> None:
@@ -114,15 +117,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  [{done[0]}/{len(todo)} {time.monotonic() - t0:6.0f}s] {name}: {verdict}", flush=True)
 
     if plan.tune is not None:
-        return _run_tuned(folder, plan, names, first, then, args.ranks_per_run, jobs, event)
-    run_local(folder, then, ranks=args.ranks_per_run, jobs=jobs, on_event=event)
+        return _run_tuned(folder, plan, names, first, then, args.ranks_per_run, jobs, event, args.isolate)
+    run_local(folder, then, ranks=args.ranks_per_run, jobs=jobs, on_event=event, isolate=args.isolate)
     final = folder.states(names)
     print(status_table(final))
     return 1 if any(s.state != "done" for s in final) else 0
 
 
 def _run_tuned(folder: StudyFolder, plan: Plan, names: list[str], first: list[str], then: list[str], ranks: int,
-               jobs: int, event: Callable[[str, str, int | None], None]) -> int:
+               jobs: int, event: Callable[[str, str, int | None], None], isolate: bool = False) -> int:
     """A tuned study locally: the tuning points, each arm's final points queued as soon as its tuning points are
     done (its choice printed), the arms chosen before this invocation's finals first."""
     tuning = {p.name: r.arm for p, r in plan.tuning}
@@ -149,7 +152,7 @@ def _run_tuned(folder: StudyFolder, plan: Plan, names: list[str], first: list[st
             return []
 
     try:
-        run_local(folder, ready() + first, ranks=ranks, jobs=jobs, on_event=event, follow=follow)
+        run_local(folder, ready() + first, ranks=ranks, jobs=jobs, on_event=event, follow=follow, isolate=isolate)
         selection, _ = ensure_finals(folder, plan)
     except TuneError as exc:
         print(f"p2pfl.study: error: {exc}", file=sys.stderr)

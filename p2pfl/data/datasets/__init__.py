@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from p2pfl.capabilities import FEATURES, SEQUENCE_LABELS, TOKENS
+from p2pfl.data.augment import ImageTransform
 from p2pfl.data.datasets._base import DATASETS, STAND_IN, Arrays, Dataset, ImageDataset
 from p2pfl.data.datasets._files import CIFAR10_CLASSES, DatasetNotFound, data_root
 from p2pfl.registry import options_of
@@ -62,17 +63,24 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, allow_dow
     """Load dataset ``name`` as uint8 tensors; its `Options` as the run's configuration ``cfg`` holds them (their
     defaults without one), ``options`` the keywords of its `load` (the synthetic set's: `synthetic_arrays`'s).
 
-    Raises :class:`DatasetNotFound` (one line: where it looked and how to provide the data) when a file dataset is
-    absent and downloading is off, ValueError (one line) when what the dataset gives is not a dataset.
+    Images carry the dataset's `transform` (flip, padding fill), in the manifest's record as `augment` where it
+    is not the default. Raises :class:`DatasetNotFound` (one line: where it looked and how to provide the data)
+    when a file dataset is absent and downloading is off, ValueError (one line) when what the dataset gives is not
+    a dataset.
     """
     cls = DATASETS.get(canonical_name(name))
     if options and not _takes(cls, options):
         takers = [n for n in DATASETS if _takes(DATASETS.get(n), options)]
         where = f"the {' and '.join(takers)} dataset{'s' if len(takers) > 1 else ''} only" if takers else "no dataset"
         raise ValueError(f"options {sorted(options)} apply to {where}, not {cls.name!r}")
-    arrays = cls(options_of(cls, cfg), data_root(data_dir), allow_download).load(**options)
-    return assemble(cls.name, arrays, features=FEATURES in cls.capabilities, tokens=TOKENS in cls.capabilities,
-                    sequence_labels=SEQUENCE_LABELS in cls.capabilities)
+    dataset = cls(options_of(cls, cfg), data_root(data_dir), allow_download)
+    out = assemble(cls.name, dataset.load(**options), features=FEATURES in cls.capabilities,
+                   tokens=TOKENS in cls.capabilities, sequence_labels=SEQUENCE_LABELS in cls.capabilities)
+    transform = dataset.transform()
+    if not cls.capabilities & {FEATURES, TOKENS, SEQUENCE_LABELS} and transform != ImageTransform():
+        out.transform = transform  # recorded where it departs from the default, so other records stay as they were
+        out.extra["augment"] = transform.record()
+    return out
 
 
 def _takes(cls: type[Dataset], options: dict[str, Any]) -> bool:

@@ -5,7 +5,8 @@ A dataset is a class registered with ``@DATASETS.register("name")`` whose `load(
 test images (N×C×H×W or N×H×W×C or N×H×W; uint8, or float in [0, 1]), integer labels, and optionally the number
 of classes, their names and the per-channel mean/std (computed from the training images when not given). Its
 `Options` (flags, YAML keys) reach it as ``self.options``; `prepare()` is what one rank per node does before
-every rank loads (find, decode, cache, download), nothing by default.
+every rank loads (find, decode, cache, download), nothing by default. Its images' training transform is its own
+too: `flip` and `pad_fill` (the default: photographs, mirrored and padded with black, as MOON trains on CIFAR).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any, ClassVar
 import torch
 
 from p2pfl.capabilities import FEATURES, SEQUENCE_LABELS, TOKENS
+from p2pfl.data.augment import ImageTransform
 from p2pfl.options import Check
 from p2pfl.registry import Component, Registry
 
@@ -44,6 +46,8 @@ class ImageDataset:
     #: is built for them) and the id that pads a sequence to the common length T; () and None otherwise.
     vocabulary: tuple[str, ...] = ()
     padding: int | None = None
+    #: What its images allow the training augmentations (the dataset's `transform`): the flip, the padding's fill.
+    transform: ImageTransform = ImageTransform()
 
     @property
     def features(self) -> bool:
@@ -132,6 +136,11 @@ class Dataset(Component):
     coarse_classes: ClassVar[tuple[int, ...] | None] = None
     #: The keywords its `load` takes (the synthetic set's geometry and seed), in the order they are listed.
     load_options: ClassVar[tuple[str, ...]] = ()
+    #: Whether its training images may be mirrored (supervised crop+flip, SimCLR's and MAE's views): not where a
+    #: mirror image is another class (handwriting: a mirrored 'b' is a 'd').
+    flip: ClassVar[bool] = True
+    #: The uint8 value the supervised crop's padding is filled with: 0 (black), or its images' background.
+    pad_fill: ClassVar[int] = 0
 
     def __init__(self, options: Any = None, root: Any = None, allow_download: bool = False) -> None:
         self.options = options
@@ -146,6 +155,10 @@ class Dataset(Component):
         """The train and test arrays (keyword arguments of `load_dataset` arrive here, for datasets that take
         them)."""
         raise NotImplementedError
+
+    def transform(self) -> ImageTransform:
+        """What its images allow the training augmentations: its `flip` and `pad_fill`."""
+        return ImageTransform(flip=self.flip, fill=self.pad_fill)
 
     @classmethod
     def check(cls, cfg: Any, check: Check) -> None:

@@ -4,7 +4,8 @@ and the data root itself.
 
 The data root: the ``data_dir`` argument, else ``$P2PFL_DATA``, else ``~/.cache/p2pfl``. Nothing is downloaded
 unless asked (``allow_download=True``); in a multi-process run only node leaders prepare (decode, cache,
-download) while the other ranks wait (p2pfl.data.datasets.ensure_dataset).
+download) while the other ranks wait (p2pfl.data.datasets.ensure_dataset). `cached` is the one cache of arrays
+made from files (decoded images, parsed JSON, tables): an .npz in the data root under a key of what they depend on.
 """
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import gzip
 import io
 import os
 import tempfile
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -251,6 +254,53 @@ def _writable_dir(d: Path) -> bool:
     except OSError:
         return False
     return os.access(d, os.W_OK)
+
+
+#: The entry of a `cached` file holding its whole key: a file named for the key but holding another is not its cache.
+CACHE_KEY = "__cache_key__"
+
+
+def cached(folder: str, name: str, key: str, make: Callable[[], Any], root: Path, what: str,
+           encode: Callable[[Any], dict[str, np.ndarray]] = lambda a: a,
+           decode: Callable[[dict[str, np.ndarray]], Any] = lambda a: a) -> Any:
+    """What `make` gives, read from its cache ``folder/name-KEY.npz`` in the data root `root` (else in
+    ~/.cache/p2pfl) when one is there, else made and cached there (in memory only when neither is writable).
+
+    `key` is a digest of everything the arrays depend on. A cache is written atomically (a temporary file renamed
+    over it: ranks that race each write a whole file, a reader sees one whole file) as `encode` gives its arrays,
+    and read with ``allow_pickle=False`` (a cache never runs code), then `decode`d. One that cannot be read or
+    decoded, or holds another key, is ignored with one warning line naming `what` (the dataset) and rewritten.
+    """
+    file = f"{name}-{key[:32]}.npz"
+    places = (root / folder, default_cache() / folder)
+    for d in places:
+        path = d / file
+        if not path.is_file():
+            continue
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                read = {k: z[k] for k in z.files}
+            if str(read.pop(CACHE_KEY, "")) != key:
+                raise ValueError("it holds another key")
+            return decode(read)
+        except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as e:
+            reason = " ".join(str(e).split())[:200]
+            print(f"p2pfl: warning: {what}: ignored the cache {path}, unreadable ({type(e).__name__}: {reason}); "
+                  "it is made again", flush=True)
+    made = make()
+    try:
+        arrays = {**encode(made), CACHE_KEY: np.array(key)}
+    except (TypeError, ValueError) as e:  # a researcher's dataset recording what JSON cannot hold
+        print(f"p2pfl: warning: {what}: not cached ({type(e).__name__}: {e})", flush=True)
+        return made
+    for d in places:
+        if _writable_dir(d):
+            try:
+                _atomic_savez(d / file, arrays)
+                break
+            except OSError:
+                continue
+    return made
 
 
 def prepare_jpeg(path: Path, root: Path) -> tuple[Path | None, dict | None]:

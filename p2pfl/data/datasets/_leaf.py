@@ -10,6 +10,9 @@ The three formats are told apart by a sample's x (`layout_of`): a string is Shak
 list of 784 numbers FEMNIST's (a 28×28 grey image, y its class), a list whose last entry is a string Sent140's (the
 tweet's record, its text last; y its sentiment). A reader given another format's file names the dataset that reads
 it; a sample of none of them is refused, naming the file, the user and the sample.
+
+The files are parsed once into the data root's cache (p2pfl.data.datasets._own.CachedFiles: one rank per node
+parses, every rank reads the arrays; keyed by the JSON files' bytes, the options and the readers' code).
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import numpy as np
 import torch
 
 from p2pfl.data.datasets._base import DATASETS
-from p2pfl.data.datasets._own import OwnFiles
+from p2pfl.data.datasets._own import CachedFiles
 
 #: The formats a sample's x tells apart (`layout_of`), as messages name them.
 LAYOUTS = {"shakespeare": "Shakespeare's format (x a string)",
@@ -55,8 +58,8 @@ class Samples:
         return Samples([self.x[i] for i in index], [self.y[i] for i in index], [self.users[i] for i in index])
 
 
-class LeafFiles(OwnFiles):
-    """LEAF's JSON layout; a subclass reads one format: its `layout` and `take`."""
+class LeafFiles(CachedFiles):
+    """LEAF's JSON layout; a subclass reads one format: its `layout`, `take` and `parse`."""
 
     what = "file or folder"
     test_set = "train/ and test/ folders of .json files"
@@ -70,6 +73,14 @@ class LeafFiles(OwnFiles):
     @classmethod
     def has_test(cls, path: Path) -> bool:
         return path.is_dir()
+
+    def sources(self) -> list[Path]:
+        """The JSON files read: train/*.json and test/*.json of a folder (LEAF's own folder holds far more), or the
+        one file."""
+        path = self.located()
+        if not path.is_dir():
+            return [path]
+        return [f for part in ("train", "test") for f in sorted((path / part).glob("*.json")) if f.is_file()]
 
     def take(self, x: list, y: list, where: str, user: str) -> tuple[list, list]:
         """One user's samples in this format, checked (`wrong` for the first that is not): (xs, ys)."""

@@ -1,6 +1,11 @@
 """What the datasets read from a researcher's own files share (``npz:PATH``, ``folder:PATH``, ``csv:PATH``,
 LEAF's ``leaf:PATH``, ``femnist:PATH`` and ``sent140:PATH``, ``hf:PATH``): their options, the checks of the arrays
-they read, the held-out test split, and the manifest's entries (source, digest, statistics).
+they read, the held-out test split, the manifest's entries (source, digest, statistics), and the cache's key.
+
+`CachedFiles` (csv:, the LEAF formats, the hf kinds) parse their files once: one rank per node parses them while
+the others wait, into the data root's cache (p2pfl.data.datasets._files.cached, which folder: decodes into too)
+under a digest of the files' bytes, the options, the readers' code and the libraries' versions; then every rank
+reads the cache, and the next run too until a file, an option or the code changes.
 
 Images arrive as numpy arrays N×H×W (grey), N×H×W×C or N×C×H×W, uint8 or float in [0, 1]; the layout is told
 apart by squareness: N×C×H×W when axes 2 and 3 are equal and axis 1 has 1, 3 or 4 entries, else N×H×W×C when
@@ -10,14 +15,23 @@ one) unless the file names them. Every error is one line naming the dataset's fi
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
+import importlib.metadata
+import inspect
+import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
+from p2pfl.capabilities import FEATURES, SEQUENCE_LABELS, TOKENS
+from p2pfl.data.augment import ImageTransform
 from p2pfl.data.datasets._base import Arrays, Dataset
+from p2pfl.data.datasets._files import cached
 from p2pfl.options import Check, method_options, opt
 from topologies.streams import MAX_SEED, SHARED, numpy_rng
 
@@ -42,6 +56,9 @@ class OwnFilesOptions:
                               "missing category no one-hot entry (mean)", ("none", "mean"), section="data")
     max_length: int = opt(80, "sent140: the characters of a text kept: a longer one is cut, a shorter one padded",
                           section="data", bounds=">= 2")
+    flip: bool = opt(True, "npz:/folder:/hf: mirror training images as photographs are (the supervised crop's flip, "
+                           "SimCLR's and MAE's); --no-flip for text, digits, anything whose mirror image is another "
+                           "class (femnist: never mirrored)", section="data")
 
 
 class OwnFiles(Dataset):
@@ -69,8 +86,12 @@ class OwnFiles(Dataset):
 
     @classmethod
     def check(cls, cfg: Any, check: Check) -> None:
-        """PATH exists; --test-split given exactly when the files hold no test set."""
+        """PATH exists; --test-split given exactly when the files hold no test set; --no-flip only for images."""
         super().check(cfg, check)
+        gives = "feature vectors" if FEATURES in cls.capabilities else "token sequences" if cls.capabilities & {
+            TOKENS, SEQUENCE_LABELS} else None
+        check(getattr(cfg, "flip", True) or gives is None, "flip",
+              f"--dataset {cls.name}:{cls.argument} gives {gives}, no images to mirror")
         path = cls.located()
         check(cls.present(path), "dataset", f"{cls.name}:{cls.argument}: no such {cls.what}")
         if cls.present(path):
@@ -84,6 +105,32 @@ class OwnFiles(Dataset):
     def has_test(cls, path: Path) -> bool:
         """Whether the files hold a test set of their own (then --test-split is refused)."""
         return False
+
+    def transform(self) -> ImageTransform:
+        """The dataset's own transform, unmirrored under --no-flip."""
+        own = super().transform()
+        return dataclasses.replace(own, flip=own.flip and getattr(self.options, "flip", True))
+
+    #: The distributions whose versions change what is made of the files (a decoder's), part of the cache's key.
+    libraries: ClassVar[tuple[str, ...]] = ()
+
+    def cache_key(self, files: Iterable[Path], options: dict[str, Any], by_content: bool = True) -> str:
+        """A digest of what the arrays made of `files` depend on: the readers' code (`code_digest`), the dataset and
+        its PATH, `options`, the `libraries`' versions, and each file's name with its bytes (`by_content`: a file
+        rewritten within the file system's timestamp granularity keeps its size and time) or its size and
+        modification time (a folder of many images, which are read far more slowly than listed)."""
+        base = self.located()
+        h = hashlib.sha256(json.dumps([code_digest(type(self)), self.name, str(base.resolve()), options,
+                                       [(lib, version(lib)) for lib in self.libraries]], sort_keys=True).encode())
+        for f in files:
+            h.update(f"{f.relative_to(base) if f.is_relative_to(base) else f};".encode())
+            if by_content:
+                with open(f, "rb") as stream:
+                    h.update(hashlib.file_digest(stream, "sha256").digest())
+            else:
+                st = f.stat()
+                h.update(f"{st.st_size}:{st.st_mtime_ns};".encode())
+        return h.hexdigest()
 
     def fail(self, message: str) -> ValueError:
         """The one-line error naming the dataset's file."""
@@ -165,6 +212,90 @@ class OwnFiles(Dataset):
         held[numpy_rng(self.options.split_seed, SHARED, "test-split").permutation(n)[:n_test]] = True
         test, train = torch.from_numpy(np.flatnonzero(held)), torch.from_numpy(np.flatnonzero(~held))
         return x[train].contiguous(), y[~held], x[test].contiguous(), y[held]
+
+
+class CachedFiles(OwnFiles):
+    """A dataset whose `parse` of its files is kept in the data root's cache (this module's docstring)."""
+
+    #: The options that change nothing the files are parsed into (they act on training batches), left out of the key.
+    unkeyed: ClassVar[tuple[str, ...]] = ("flip",)
+
+    def parse(self) -> Arrays:
+        """The arrays of the files, read and checked (what `load` gives when the cache lacks it)."""
+        raise NotImplementedError
+
+    def sources(self) -> list[Path]:
+        """The files parsed (their bytes key the cache): PATH, or every file below it."""
+        path = self.located()
+        return [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
+
+    def prepare(self) -> None:
+        """Parse the files into the cache (one rank per node), unless it holds them already."""
+        self.load()
+
+    def load(self) -> Arrays:
+        options = {k: v for k, v in dataclasses.asdict(self.options).items() if k not in self.unkeyed}
+        try:
+            key = self.cache_key(self.sources(), options)
+        except OSError:  # a file that cannot be read: parse says which, in its words
+            return self.parse()
+        return cached("parsed", self.name, key, self.parse, self.root, f"--dataset {self.name}:{self.argument}",
+                      encode=packed, decode=unpacked)
+
+
+#: The arrays of an `Arrays` a cache holds; the rest of it is one JSON string, `META`.
+DATA, META = ("x_train", "y_train", "x_test", "y_test", "groups"), "meta"
+
+
+def packed(arrays: Arrays) -> dict[str, np.ndarray]:
+    """`arrays` as an .npz's arrays, none of objects: the data as they are, the rest (classes, statistics, the
+    manifest's entries, vocabulary) as JSON."""
+    out = {k: np.asarray(a.numpy() if isinstance(a, torch.Tensor) else a) for k in DATA
+           if (a := getattr(arrays, k)) is not None}
+    listed = {k: None if (v := getattr(arrays, k)) is None else list(v)
+              for k in ("classes", "mean", "std", "vocabulary")}
+    out[META] = np.array(json.dumps({**listed, "num_classes": arrays.num_classes, "padding": arrays.padding,
+                                     "extra": arrays.extra}, default=_plain))
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """numpy's scalars and arrays as the Python values the manifest writes for them."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is no JSON value")
+
+
+def unpacked(read: dict[str, np.ndarray]) -> Arrays:
+    """The `Arrays` of `packed`'s arrays (KeyError, ValueError or TypeError when they are not)."""
+    meta = json.loads(str(read.pop(META)))
+    unknown = set(read) - set(DATA)
+    if unknown:
+        raise KeyError(f"unknown arrays {sorted(unknown)}")
+    return Arrays(**{k: read.get(k) for k in DATA}, **meta)
+
+
+@functools.cache
+def code_digest(cls: type) -> str:
+    """SHA-256 of the code that reads files into arrays: every module of the datasets' package, and the file of
+    `cls` (a researcher's dataset lives in their own)."""
+    files = sorted(Path(__file__).parent.glob("*.py"))
+    try:
+        own = inspect.getsourcefile(cls)
+    except (OSError, TypeError):  # defined where no file holds it (an interpreter's session)
+        own = None
+    h = hashlib.sha256()
+    for f in files + ([Path(own)] if own and Path(own) not in files else []):
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def version(distribution: str) -> str:
+    """The installed version of `distribution`, or "absent"."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
 
 
 def digest(*arrays: torch.Tensor | np.ndarray) -> str:

@@ -12,8 +12,10 @@ is refused, naming the line of the first value of the rarer kind. The features k
 Missing values (an empty field, NA, N/A, NaN, null, None, ?) are refused in one line naming the file, the line and
 the column, unless ``--impute mean``: a missing number then takes the training rows' mean (0 once standardised), a
 missing category no one-hot entry. A missing label is always refused. The file holds no test set:
-``--test-split FRACTION`` holds rows out (drawn by ``--split-seed``) before any statistic is computed. Every rank
-reads the file itself (no cache); the manifest records its digest, the statistics and the categories.
+``--test-split FRACTION`` holds rows out (drawn by ``--split-seed``) before any statistic is computed. The file is
+parsed once into the data root's cache (p2pfl.data.datasets._own.CachedFiles: one rank per node parses, every rank
+reads the arrays; keyed by the file's bytes and the options); the manifest records its digest, the statistics and
+the categories.
 ``--natural-column NAME`` names a column whose values are the rows' natural groups (a writer, a hospital:
 ``--partition natural`` gives each peer whole groups); it is no feature, a training row's group may not be
 missing, and the manifest records the values (``natural_groups``, numbered in the order the training rows show them).
@@ -35,7 +37,7 @@ import torch
 
 from p2pfl.capabilities import FEATURES
 from p2pfl.data.datasets._base import DATASETS, Arrays
-from p2pfl.data.datasets._own import OwnFiles, digest
+from p2pfl.data.datasets._own import CachedFiles, digest
 
 #: The values read as missing (compared without case and surrounding spaces).
 MISSING = frozenset({"", "na", "n/a", "nan", "null", "none", "?"})
@@ -73,13 +75,13 @@ def one_hot(values: list[str], train: np.ndarray, missing: np.ndarray) -> tuple[
 
 
 @DATASETS.register("csv", argument="PATH")
-class Csv(OwnFiles):
+class Csv(CachedFiles):
     """Rows of a CSV file with a header: numeric columns standardised, categorical ones one-hot encoded."""
 
     capabilities = frozenset({FEATURES})
     test_set = "a CSV file is one table"
 
-    def load(self) -> Arrays:
+    def parse(self) -> Arrays:
         header, rows, lines = self.table(self.located())
         label = self.label_index(header)
         names, y = self.classes(header[label], [r[label] for r in rows], lines)

@@ -5,8 +5,10 @@ LEAF's layout, PATH and the users: p2pfl.data.datasets._leaf. Every x is a list 
 image row by row, as LEAF's preprocessing writes it (the grey PNG's pixel / 255: 1.0 is the white paper, the ink is
 dark); it is kept as LEAF stores it, uint8 ``round(255 v)`` (half to even), one channel. Every y is the class,
 an integer in [0, 62): digits 0..9, upper-case letters A..Z (10..35), lower-case a..z (36..61), LEAF's numbering;
-the classes are the 62 whatever the files hold. The normalisation is the training images' own. Every rank reads the
-files (no cache); the manifest records the users, their samples, the statistics and the digest.
+the classes are the 62 whatever the files hold. The normalisation is the training images' own. The files are parsed
+once into the data root's cache (p2pfl.data.datasets._own.CachedFiles); the manifest records the users, their
+samples, the statistics, the digest and the training transform, ``augment: {flip: false, pad: 255}``: handwriting is
+never mirrored and the random crop's padding is white paper (the class's `flip` and `pad_fill` say why).
 
     femnist/train/all_data_0_niid_0_keep_0_train_9.json  femnist/test/all_data_0_niid_0_keep_0_test_9.json
     python -m p2pfl.run --algorithm fedavg --dataset femnist:femnist --partition natural --peers 16
@@ -34,8 +36,13 @@ class Femnist(LeafFiles):
 
     layout = "femnist"
     num_classes = len(CLASSES)
+    #: Never mirrored: a mirrored 'b' is a 'd', a mirrored 'J' or '3' no character at all.
+    flip = False
+    #: The crop's padding is white paper (LEAF's 1.0, the background), not black (a frame of ink no writer drew).
+    #: Not edge replication: a stroke touching the border would be smeared into a bar of ink across the padding.
+    pad_fill = 255
 
-    def load(self) -> Arrays:
+    def parse(self) -> Arrays:
         train, test = self.samples()
         groups, users = self.users(train)
         x_train, x_test = self.images_of(train.x), self.images_of(test.x)

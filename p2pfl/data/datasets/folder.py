@@ -5,28 +5,26 @@ gives ``--test-split FRACTION``). The classes are the train tree's folder names,
 images are the files below them with an image suffix (hidden files and others skipped), in sorted order, of any
 size: each is decoded with Pillow and resized (stretched, bilinear) to ``--image-size`` square pixels, grey when
 every image of the folder is grey, else RGB. Decoded once, by one rank per node (the others wait), and cached as an
-.npz in the data root (else ~/.cache/p2pfl) under a digest of the file list with the files' sizes and modification
-times, written atomically; every rank reads the cache. Nothing is fetched.
+.npz in the data root (else ~/.cache/p2pfl; p2pfl.data.datasets._files.cached) under a digest of the file list with
+the files' sizes and modification times, the image size, Pillow's version and the readers' code, written
+atomically; every rank reads the cache. Nothing is fetched. Its images are mirrored in training unless --no-flip.
 
     cats-dogs/train/cat/001.jpg  cats-dogs/train/dog/001.jpg  ...  cats-dogs/test/cat/101.jpg  ...
     python -m p2pfl.run --algorithm fedavg --dataset folder:cats-dogs --image-size 32 --peers 8
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from p2pfl.data.datasets._base import DATASETS, Arrays
-from p2pfl.data.datasets._files import _atomic_savez, _writable_dir, default_cache
+from p2pfl.data.datasets._files import cached
 from p2pfl.data.datasets._own import OwnFiles
 
 SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm")
 GREY = ("1", "L", "LA", "I", "I;16", "F")
-#: Changes whenever the cached arrays would (it is part of the cache's key).
-CACHE_FORMAT = 1
 
 
 @DATASETS.register("folder", argument="PATH")
@@ -35,6 +33,7 @@ class Folder(OwnFiles):
 
     what = "folder"
     test_set = "train/ and test/ folders"
+    libraries = ("pillow",)
 
     @classmethod
     def present(cls, path: Path) -> bool:
@@ -54,23 +53,13 @@ class Folder(OwnFiles):
         return self.arrays(read["x_train"], read["y_train"], read.get("x_test"), read.get("y_test"), classes)
 
     def cached(self) -> dict[str, np.ndarray]:
-        """The decoded arrays: read from the cache, else decoded and cached (in memory if nowhere is writable)."""
+        """The decoded arrays: read from the cache, else decoded and cached (in memory if nowhere is writable). Its
+        key: the files (paths, which name their labels, sizes, modification times) and the image size."""
         classes, trees = self.listing()
-        name = f"folder-{self.key(classes, trees)[:32]}.npz"
-        places = (self.root / "folders", default_cache() / "folders")
-        for d in places:
-            if (d / name).is_file():
-                with np.load(d / name, allow_pickle=False) as z:
-                    return {k: z[k] for k in z.files}
-        arrays = self.decode(classes, trees)
-        for d in places:
-            if _writable_dir(d):
-                try:
-                    _atomic_savez(d / name, arrays)
-                    break
-                except OSError:
-                    continue
-        return arrays
+        key = self.cache_key([f for files in trees.values() for _, f in files],
+                             {"image_size": self.options.image_size}, by_content=False)
+        return cached("folders", "folder", key, lambda: self.decode(classes, trees), self.root,
+                      f"--dataset folder:{self.argument}")
 
     def listing(self) -> tuple[list[str], dict[str, list[tuple[int, Path]]]]:
         """The classes (the train tree's folders, sorted) and, per tree ("train", and "test" when PATH has both),
@@ -97,19 +86,6 @@ class Folder(OwnFiles):
         if not found:
             raise self.fail(f"{root} holds no class folders (one folder of images per class)")
         return found
-
-    def key(self, classes: list[str], trees: dict[str, list[tuple[int, Path]]]) -> str:
-        """A digest of what the cache depends on: the files (names, sizes, modification times), their labels, the
-        image size, the decoder's version."""
-        import PIL
-
-        h = hashlib.sha256(f"{CACHE_FORMAT};{self.options.image_size};{PIL.__version__};"
-                           f"{self.located().resolve()};{classes}".encode())
-        for tree, files in trees.items():
-            for label, f in files:
-                st = f.stat()
-                h.update(f"{tree}/{label}/{f}:{st.st_size}:{st.st_mtime_ns};".encode())
-        return h.hexdigest()
 
     def decode(self, classes: list[str], trees: dict[str, list[tuple[int, Path]]]) -> dict[str, np.ndarray]:
         """Every image decoded, resized to --image-size, as uint8 N×C×S×S; grey when all are."""

@@ -15,8 +15,10 @@ and a model before anything is read), and a column's type says nothing of the ta
 - ``hf-text:`` the strings of ``--hf-text-column`` (default: ``text``), each one sample of next-character prediction
   as leaf: makes them (equally long; the label is the last character; capability TOKENS).
 Labels (hf:, hf-table:) come from ``--hf-label-column`` (default: the first ``ClassLabel`` column, else
-``label``): integers >= 0, the class names a ClassLabel's. Every rank reads the files itself (no cache: Arrow is
-memory-mapped); the manifest records the source, the splits' rows, the columns used and the digest.
+``label``): integers >= 0, the class names a ClassLabel's. One rank per node reads the dataset into the data root's
+cache, every rank reads that (p2pfl.data.datasets._own.CachedFiles: keyed by the folder's files' bytes, the options,
+the library's and Pillow's versions); the manifest records the source, the splits' rows, the columns used and the
+digest.
 
     DatasetDict(train=Dataset.from_dict({"img": images, "label": labels}, features=Features(
         {"img": Image(), "label": ClassLabel(names=["cat", "dog"])})), test=...).save_to_disk("pets")
@@ -36,7 +38,7 @@ import torch
 
 from p2pfl.capabilities import FEATURES, TOKENS
 from p2pfl.data.datasets._base import DATASETS, Arrays
-from p2pfl.data.datasets._own import CHANNELS, OwnFiles, digest
+from p2pfl.data.datasets._own import CHANNELS, CachedFiles, digest
 from p2pfl.data.datasets.csv import one_hot, standardised
 from p2pfl.data.datasets.folder import GREY, resized
 from p2pfl.data.datasets.leaf import characters, vocabulary_record
@@ -69,12 +71,15 @@ def available() -> bool:
         return False
 
 
-class HfFiles(OwnFiles):
-    """A dataset saved with `save_to_disk`: its splits and columns, read with `datasets.load_from_disk`."""
+class HfFiles(CachedFiles):
+    """A dataset saved with `save_to_disk`: its splits and columns, read with `datasets.load_from_disk`, parsed once
+    into the data root's cache (keyed by the folder's files' bytes, the options, the library's and Pillow's versions
+    and the readers' code)."""
 
     Options = HfOptions
     what = "folder"
     test_set = "a 'test' split"
+    libraries = ("datasets", "pillow")
     #: The options naming the columns it reads (its check refuses the others' being set).
     reads: ClassVar[tuple[str, ...]] = ()
 
@@ -197,7 +202,7 @@ class Hf(HfFiles):
 
     reads = ("hf_image_column", "hf_label_column")
 
-    def load(self) -> Arrays:
+    def parse(self) -> Arrays:
         datasets = self.library()
         tables = self.splits()
         image = self.column(tables, self.options.hf_image_column, "hf-image-column", lambda features: next(
@@ -251,7 +256,7 @@ class HfTable(HfFiles):
     capabilities = frozenset({FEATURES})
     reads = ("hf_label_column", "hf_feature_columns")
 
-    def load(self) -> Arrays:
+    def parse(self) -> Arrays:
         datasets = self.library()
         tables = self.splits()
         label, y, names = self.label_column(tables)
@@ -300,7 +305,7 @@ class HfText(HfFiles):
     capabilities = frozenset({TOKENS})
     reads = ("hf_text_column",)
 
-    def load(self) -> Arrays:
+    def parse(self) -> Arrays:
         datasets = self.library()
         tables = self.splits()
         name = self.column(tables, self.options.hf_text_column, "hf-text-column",

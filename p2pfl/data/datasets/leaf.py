@@ -5,10 +5,10 @@ LEAF's layout, PATH and the users: p2pfl.data.datasets._leaf. In Shakespeare's f
 characters (80 in LEAF) and its y the character after them. A sample becomes the T + 1 token ids of x followed by
 y (its label: y's id). The vocabulary: the training text's characters (x and y) sorted by code point, ids 0..V−2,
 then the unknown token ``<unk>`` (id V−1) that a test character no training text has becomes; the classes are the
-vocabulary. Each training sample keeps its user for ``--partition natural``. Every rank reads the files (no
-cache); the manifest records the vocabulary, the users, the unknown test characters and the digest. FEMNIST's and
-Sent140's files (x pixel lists, tweet records) are refused in one line naming femnist:PATH and sent140:PATH, which
-read them.
+vocabulary. Each training sample keeps its user for ``--partition natural``. The files are parsed once into the
+data root's cache (p2pfl.data.datasets._own.CachedFiles); the manifest records the vocabulary, the users, the
+unknown test characters and the digest. FEMNIST's and Sent140's files (x pixel lists, tweet records) are refused in
+one line naming femnist:PATH and sent140:PATH, which read them.
 
     shakespeare/train/all_data_niid_0_keep_0_train_9.json  shakespeare/test/all_data_niid_0_keep_0_test_9.json
     python -m p2pfl.run --algorithm fedavg --model char-lstm --dataset leaf:shakespeare --partition natural
@@ -34,7 +34,7 @@ class Leaf(LeafFiles):
     capabilities = frozenset({TOKENS})
     layout = "shakespeare"
 
-    def load(self) -> Arrays:
+    def parse(self) -> Arrays:
         train, test = self.samples()
         texts, test_texts = train.x, test.x
         groups, users = self.users(train)

@@ -8,8 +8,8 @@ then the padding token up to that length: int64 N×T, T = --max-length (capabili
 as leaf: builds it: the training texts' characters (as cut) sorted by code point, ids 0..V−3, then the unknown token
 ``<unk>`` (V−2) that a test character no training text has becomes, then the padding token ``<pad>`` (V−1). The
 classes are counted from the labels, at least 2. Each training sample keeps its user for ``--partition natural``.
-Every rank reads the files (no cache); the manifest records the vocabulary, the users, the cut texts, the unknown
-test characters and the digest.
+The files are parsed once into the data root's cache (p2pfl.data.datasets._own.CachedFiles); the manifest records
+the vocabulary, the users, the cut texts, the unknown test characters and the digest.
 
     sent140/train/all_data_niid_0_keep_0_train_9.json  sent140/test/all_data_niid_0_keep_0_test_9.json
     python -m p2pfl.run --algorithm fedavg --model char-lstm --dataset sent140:sent140 --partition natural
@@ -35,7 +35,7 @@ class Sent140(LeafFiles):
     capabilities = frozenset({SEQUENCE_LABELS})
     layout = "sent140"
 
-    def load(self) -> Arrays:
+    def parse(self) -> Arrays:
         train, test = self.samples()
         groups, users = self.users(train)
         length = self.options.max_length

@@ -7,13 +7,14 @@ A compressor is a registered component (`@CODECS.register(name)`): built from th
 recording its parameters in manifest["compression"] (`record`), and refusing the runs it cannot compress (`check`:
 a method or scheme that does not mix by the plain W-weighted gossip).
 
-Scope (--compress-scope). Under `vector` (the default) a message encodes the whole mixed vector as one vector.
-Under `tensor` the run binds the mixed vector's layout (`per_tensor`: the sizes of the model's tensors, in order)
-and a message encodes each segment as if it were its own vector (its own k, norm, τ, scale and index width): one
-header, then every segment's values, then every segment's packed bits (each byte-aligned), so its size is
-16 + Σ_i values(d_i)·itemsize + Σ_i bits(d_i). The base does this around `compress`/`expand`, so every codec, a
-plug-in's included, compresses per tensor unchanged; segment i's random draws come from its own stream
-(`purpose`), and segment 0's is the whole vector's, so a one-segment layout is the vector scope bit for bit."""
+Scope (--compress-scope, every compressor's option). Under `vector` (the default) a message encodes the whole
+mixed vector as one vector. Under `tensor` the codec binds the mixed vector's layout once the method is set up
+(`bind`, then `per_tensor`: the sizes of the model's tensors, in order) and a message encodes each segment as if it
+were its own vector (its own k, norm, τ, scale and index width): one header, then every segment's values, then
+every segment's packed bits (each byte-aligned), so its size is 16 + Σ_i values(d_i)·itemsize + Σ_i bits(d_i). The
+base does this around `compress`/`expand`, so every codec, a plug-in's included, compresses per tensor unchanged;
+segment i's random draws come from its own stream (`purpose`), and segment 0's is the whole vector's, so a
+one-segment layout is the vector scope bit for bit."""
 from __future__ import annotations
 
 import math
@@ -29,7 +30,7 @@ from p2pfl.capabilities import MIXES_BY_W
 from p2pfl.gossip.codec import Codec
 from p2pfl.gossip.compress import message
 from p2pfl.gossip.compress.message import Message
-from p2pfl.options import Check, catalogue
+from p2pfl.options import Check, catalogue, method_options, opt
 from p2pfl.registry import Component
 from p2pfl.seeding import numpy_rng, torch_generator
 
@@ -86,9 +87,20 @@ def compressing_schemes() -> dict[str, str]:
             for n, caps in scheme_capabilities().items() if "compressible" in caps}
 
 
+@method_options("codec: every compressor")
+class CompressorOptions:
+    """The option of every compressor: what it compresses as one vector."""
+
+    compress_scope: str = opt("vector", "what --compress compresses as one vector: the whole mixed vector (vector) or "
+                                        "each of the model's tensors on its own (tensor: its own k, norm and scale, as "
+                                        "ChocoSGD does; docs/compression.md); moot with --compress none",
+                              ("vector", "tensor"), section="compression")
+
+
 class Compressor(Codec, Component):
     """A codec whose message is a few values and packed bits (see the module docstring)."""
 
+    Options = CompressorOptions
     #: --compress-scope tensor: the mixed vector's segment sizes, each compressed on its own (None: vector scope).
     layout: tuple[int, ...] | None = None
 
@@ -113,6 +125,16 @@ class Compressor(Codec, Component):
     def record(self, d: int) -> dict[str, Any]:
         """Its parameters as manifest["compression"] records them for a d-vector (p2pfl.gossip.compress.records)."""
         return {}
+
+    def bind(self, cfg: Any, algorithm: Any) -> None:
+        """--compress-scope tensor: compress each tensor of the method's mixed vector on its own (its layout, known
+        once the method is set up); vector scope leaves the codec as built."""
+        if cfg.compress_scope != "tensor":
+            return
+        mixed, layout = algorithm.mixed_vector(), algorithm.mixed_layout()
+        assert mixed is not None and layout is not None, f"--compress: {cfg.algorithm} has no mixed vector"
+        assert sum(layout) == mixed[0], f"{cfg.algorithm}: its mixed layout holds {sum(layout)} values, not {mixed[0]}"
+        self.per_tensor(layout)
 
     def per_tensor(self, layout: Sequence[int]) -> None:
         """Compress each segment of `layout` (the mixed vector's tensor sizes, in order) on its own from now on

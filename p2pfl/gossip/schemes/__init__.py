@@ -16,6 +16,8 @@ exchange (bytes counted):
 | push-sum | [x − ηg, w]/(1 + out-degree) (X⁺ = P(X − ηG), w⁺ = Pw, w₀ = 1) | w |
 | relay | to each tree neighbour j its own [m_{i→j}, c_{i→j}] (RelaySGD on a tree T) | m<j>, c<j>, x0 |
 | choco | Q(x½ − x̂) (CHOCO-SGD: public copies x̂, γ = --consensus-step) | hat, in<j>, since, log<r> |
+| muffliato | x − ηg + ξ, ξ ~ N(0, σ²I) (Muffliato; once with --muffliato-once), then plain mixes | muffliato_noised |
+| decor | x − ηg + ξ + Σ_j ±v_ij, v_ij from the pair's shared stream (Decor), then plain mixes | — |
 
 With E > 1 local steps (the learners, and the quadratic problem's --local-steps) a scheme corrects the whole local
 update as if it were one step: G = (x − x_E)/η, x the mixable state before the E steps, x_E after them. A peer that

@@ -11,12 +11,12 @@ import torch
 from p2pfl.gossip.mix import Gossip, Mixed
 from p2pfl.gossip.rules import Rule
 from p2pfl.gossip.schemes import SCHEMES
-from p2pfl.gossip.schemes.base import COMPRESSIBLE, MULTI_STEP, PLAIN_MIX, Scheme, State
+from p2pfl.gossip.schemes.base import COMPRESSIBLE, MULTI_STEP, PLAIN_MIX, MultiStep, State
 from p2pfl.network.schedule import RoundNetwork
 
 
 @SCHEMES.register("average")
-class Average(Scheme):
+class Average(MultiStep):
     """x⁺ = Σ_j W_ij (x_j − ηg_j), through --compress's codec when one is set (no error feedback)."""
 
     needs: ClassVar[frozenset[str]] = frozenset()

@@ -14,8 +14,8 @@ from p2pfl.byzantine import AGGREGATORS
 from p2pfl.capabilities import GIVES_GRADIENTS, MIXES_BY_W
 from p2pfl.gossip.compress import CODECS
 from p2pfl.gossip.mix import Gossip, Mixed
-from p2pfl.network.schedule import RoundNetwork
-from p2pfl.options import Check, catalogue
+from p2pfl.network.schedule import CHECK_HORIZON, RoundNetwork
+from p2pfl.options import Check, catalogue, method_options, opt
 from p2pfl.registry import Component, Registry
 
 if TYPE_CHECKING:
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from p2pfl.network import NetworkSchedule
 
 State = dict[str, torch.Tensor]
+#: A column of W summing to 1 within this is stochastic (rounding of 1/(1 + in-degree) over a column).
+COLUMN_TOLERANCE = 1e-9
 
 #: The schemes, by their --gossip name (Scheme subclasses, one file each in this package, whose modules the registry
 #: imports when first asked; a plug-in registers its own).
@@ -111,6 +113,20 @@ class Scheme(Component):
     def prepare(self, ctx: Any) -> None:
         """Its run-level state and manifest records, once the run's graph is built (p2pfl.run.build_context)."""
 
+    def round_metrics(self, round: int, net: RoundNetwork) -> dict[str, Any] | None:
+        """Numbers the scheme adds to round `round`'s record after the round (a privacy ledger's running totals;
+        rank 0's are recorded); None, the default, adds none, so the records stay as they were."""
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        """Entries the scheme adds to summary.json at the run's end (rank 0's are written); none by default."""
+        return {}
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Arrays the runner writes into the run folder at the run's end, by file name (`<name>.npy`; rank 0's);
+        none by default."""
+        return {}
+
     @classmethod
     def check(cls, cfg: Any, check: Check) -> None:
         """Its rules on the rest of the configuration: the method must hand it what it `needs`, and only the plain
@@ -150,7 +166,17 @@ class Scheme(Component):
     @classmethod
     def check_network(cls, schedule: NetworkSchedule, graph: nx.Graph, rounds: int) -> None:
         """Refuse before training, in a ValueError of one line naming --gossip, a network it cannot run on; by
-        default it runs on any."""
+        default it runs on any, except that a scheme exact only under a doubly stochastic W is refused on one-way
+        links whose W is only row-stochastic with every peer and link up (EL-Local's uneven in-degrees; failures are
+        warned of, `warning`)."""
+        if DOUBLY_STOCHASTIC not in cls.capabilities or not schedule.directed:
+            return
+        for t in range(1, min(rounds, CHECK_HORIZON) + 1):
+            drift = schedule.column_drift(t)
+            if drift > COLUMN_TOLERANCE:
+                raise ValueError(f"--gossip {cls.name}: needs a doubly stochastic W, but --topology {schedule.kind} "
+                                 f"makes round {t}'s only row-stochastic (a column sums to 1 ± {drift:.3g}); use "
+                                 "--gossip push-sum or an undirected topology")
 
     @classmethod
     def check_weights(cls, weights: Sequence[np.ndarray | sp.spmatrix]) -> None:
@@ -167,5 +193,25 @@ class Scheme(Component):
                 "to a biased point, not the optimum")
 
 
+
+@method_options("gossip scheme: multi-step")
+class MultiStepOptions:
+    """The option of the schemes that repeat a gossip step (MULTI_STEP)."""
+
+    gossip_steps: int = opt(1, "gossip steps S per SGD step: the scheme's round, then S − 1 pure gossip steps (g = 0) "
+                               "on the same round's network (a time-varying graph gives its round's graph S times; "
+                               "link failures are drawn once a round); SGP's published runs took 2. Only the "
+                               "schemes marked multi-step (--help gossip)", bounds=">= 1")
+
+
+class MultiStep(Scheme):
+    """The base of a scheme whose round with g = 0 is a pure gossip step (it declares MULTI_STEP too): it takes
+    --gossip-steps S, and its round repeats S times (`rounds`)."""
+
+    Options = MultiStepOptions
+    capabilities: ClassVar[frozenset[str]] = frozenset({MULTI_STEP})
+
+
 __all__ = ["COMPRESSIBLE", "DEBIASED", "DOUBLY_STOCHASTIC", "ERROR_FEEDBACK", "GIVES_GRADIENTS", "MIXES_BY_W",
-           "MULTI_STEP", "NO_REJOIN_MIX", "OWNS_MOMENTUM", "PLAIN_MIX", "SCHEMES", "Scheme", "State", "UPDATED_ONLY"]
+           "MULTI_STEP", "MultiStep", "NO_REJOIN_MIX", "OWNS_MOMENTUM", "PLAIN_MIX", "SCHEMES", "Scheme", "State",
+           "UPDATED_ONLY"]

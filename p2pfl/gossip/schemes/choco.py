@@ -39,7 +39,15 @@ from p2pfl.gossip.compress import bundle
 from p2pfl.gossip.mix import Gossip, Mixed
 from p2pfl.gossip.rules import weighted_sum
 from p2pfl.gossip.schemes import SCHEMES
-from p2pfl.gossip.schemes.base import COMPRESSIBLE, ERROR_FEEDBACK, MIXES_BY_W, MULTI_STEP, UPDATED_ONLY, Scheme, State
+from p2pfl.gossip.schemes.base import (
+    COMPRESSIBLE,
+    ERROR_FEEDBACK,
+    MIXES_BY_W,
+    MULTI_STEP,
+    UPDATED_ONLY,
+    MultiStep,
+    State,
+)
 from p2pfl.network.schedule import RoundNetwork
 from p2pfl.options import opt
 
@@ -183,7 +191,7 @@ def _update(half: torch.Tensor, hat: torch.Tensor, copies: dict[int, torch.Tenso
 
 
 @SCHEMES.register("choco")
-class Choco(Scheme):
+class Choco(MultiStep):
     """CHOCO-SGD with γ = --consensus-step over --compress's codec (dense: plain gossip); with G = 0 (consensus)
     CHOCO-gossip. Its round with g = 0 is exactly a CHOCO-gossip step (x½ = x), so --gossip-steps repeats it:
     dense only (with a codec, the base refuses: its message log and the codec's draws are keyed by the round)."""

@@ -26,7 +26,7 @@ import torch
 from p2pfl.gossip.mix import Gossip, Mixed
 from p2pfl.gossip.rules import Rule
 from p2pfl.gossip.schemes import SCHEMES
-from p2pfl.gossip.schemes.base import DEBIASED, MIXES_BY_W, MULTI_STEP, NO_REJOIN_MIX, Scheme, State
+from p2pfl.gossip.schemes.base import DEBIASED, MIXES_BY_W, MULTI_STEP, NO_REJOIN_MIX, MultiStep, State
 from p2pfl.network.schedule import RoundNetwork
 from p2pfl.options import Check
 
@@ -46,7 +46,7 @@ class PushSumRule(Rule):
 
 
 @SCHEMES.register("push-sum")
-class PushSum(Scheme):
+class PushSum(MultiStep):
     """Column-stochastic gossip of [x − ηg, w]; the peers hold z = x/w."""
 
     needs: ClassVar[frozenset[str]] = frozenset({MIXES_BY_W})
