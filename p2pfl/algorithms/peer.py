@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from p2pfl.data import PeerData
-from p2pfl.runtime.checkpoint import CHECKPOINT
+from p2pfl.runtime.checkpoint import CHECKPOINT, WHEN_SET
 
 
 def derived(default: Any = None) -> Any:
@@ -66,6 +66,9 @@ class Peer:
     #: What the peer remembers as an attacker (--byzantine) across rounds, per stream of vectors it sends: stale
     #: its first message (p2pfl.gossip.codec.Attacking); empty for honest peers and the other attacks.
     attack_memory: dict[str, Any] = field(default_factory=dict, kw_only=True)
+    #: The DP-SGD steps the peer has taken (--dp-clip): what its privacy accountant composes, and the key of its
+    #: next noise draw; checkpointed once set, so a DP run resumes with its account and noise exactly.
+    dp_steps: int = field(default=0, kw_only=True, metadata={WHEN_SET: True})
 
 
 @dataclass(eq=False)

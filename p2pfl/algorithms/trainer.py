@@ -165,7 +165,7 @@ class LocalTrainer(Algorithm):
         out = super().summary()
         if self.dp is None:
             return out
-        mine = {str(p): self.dp.epsilon(p) for p in self.peers}
+        mine = {str(p): self.dp.epsilon(peer) for p, peer in self.peers.items()}
         every = {k: v for part in self.ctx.world.allgather(mine) for k, v in part.items()}
         every = dict(sorted(every.items(), key=lambda kv: int(kv[0])))
         return {**out, DP_EPSILON: every, DP_EPSILON + "_max": max(every.values()), "dp_delta": self.dp.delta}
@@ -296,7 +296,7 @@ class LocalTrainer(Algorithm):
         steps = [self.steps(peer, net) for peer in group]
         size = self.batch_size(group[0])
         references = [self.references(peer) for peer in group]
-        private = None if self.dp is None else self.dp.round_step([peer.id for peer in group], size)
+        private = None if self.dp is None else self.dp.round_step(group, size)
         if len(group) == 1:
             run: LocalRun = OnePeer(self, group[0], round, size, references[0], private)
         else:
@@ -326,7 +326,7 @@ class LocalTrainer(Algorithm):
         for i, peer in enumerate(group):  # the guard first: the hook records only accepted updates
             metrics = {"loss": totals_[i] / steps[i], **{k: v[i] / steps[i] for k, v in terms_.items()}}
             if self.dp is not None:  # the round's steps spent, rolled back or not
-                metrics[DP_EPSILON] = self.dp.account(peer.id, steps[i])
+                metrics[DP_EPSILON] = self.dp.account(peer, steps[i])
             if math.isfinite(metrics["loss"]) and finite[i]:
                 self.after_local(peer, round, steps[i])
             else:

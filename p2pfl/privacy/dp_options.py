@@ -3,7 +3,10 @@ on the rest of a run; a light module (no torch), read by the configuration. The 
 p2pfl.privacy.dp_sgd, its accountant p2pfl.privacy.accountant (docs/privacy.md)."""
 from __future__ import annotations
 
+import os
 from typing import Any
+
+import yaml
 
 from p2pfl.capabilities import PER_SAMPLE
 from p2pfl.options import Check, method_options, opt
@@ -41,10 +44,22 @@ def dp_on(cfg: Any) -> bool:
 
 def check_run(cfg: Any, check: Check, method: Any) -> None:
     """DP-SGD's rules on the rest of the run: a method whose loss is a mean of per-sample terms (its capability
-    PER_SAMPLE), and no --resume (the accountant's step counts are not in the checkpoints yet)."""
+    PER_SAMPLE); a --dp-epsilon run resumed only to the rounds its σ was solved for."""
     if not dp_on(cfg):
         return
     check(method.can(PER_SAMPLE), "dp_clip", f"DP-SGD clips each sample's gradient; --algorithm {cfg.algorithm} "
                                              f"cannot take it ({method.why_not(PER_SAMPLE)})")
-    check(cfg.resume is None, "resume", "a DP-SGD run cannot resume yet: its accountant's step counts are not in "
-                                        "the checkpoint; start the run again")
+    planned = _planned_rounds(cfg.resume) if cfg.resume is not None and cfg.dp_epsilon is not None else None
+    check(planned is None or planned == cfg.rounds, "rounds",
+          f"--dp-epsilon {cfg.dp_epsilon}: the run's sigma was solved to spend it over its {planned} rounds; resume "
+          f"it with --rounds {planned}, or start a new run for {cfg.rounds}")
+
+
+def _planned_rounds(run_dir: str) -> int | None:
+    """The --rounds a run folder's config.yaml holds (None when unreadable: check_resume names that)."""
+    try:
+        with open(os.path.join(run_dir, "config.yaml"), encoding="utf-8") as fh:
+            rounds = yaml.safe_load(fh).get("rounds")
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+        return None
+    return rounds if isinstance(rounds, int) else None

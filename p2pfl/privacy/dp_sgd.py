@@ -16,9 +16,9 @@ Per-sample gradients are undefined under BatchNorm's batch statistics: such a mo
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -131,10 +131,18 @@ def refuse_model(model: nn.Module, name: str) -> None:
                              "BatchNorm (simple-cnn, mlp)")
 
 
+class Accounted(Protocol):
+    """A peer as DP-SGD accounts it: its id and the DP steps it has taken (p2pfl.algorithms.peer.Peer)."""
+
+    id: int
+    dp_steps: int
+
+
 @dataclass
 class DPSGD:
-    """The run's DP-SGD: clip C, δ, σ (given, or per peer solved for the target ε over the run), each local peer's
-    sampling rate q = B/N and DP steps so far, its ε by the accountant."""
+    """The run's DP-SGD: clip C, δ, σ (given, or per peer solved for the target ε over the run) and each local
+    peer's sampling rate q = B/N; a peer's DP steps so far live in its record (`dp_steps`, checkpointed), so its ε
+    by the accountant and its next noise draw survive a resume."""
 
     clip: float
     delta: float
@@ -144,7 +152,6 @@ class DPSGD:
     device: torch.device
     rates: dict[int, float] = field(default_factory=dict)
     sigmas: dict[int, float] = field(default_factory=dict)
-    steps: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, cfg: Any, device: torch.device) -> DPSGD:
@@ -158,21 +165,20 @@ class DPSGD:
         self.rates[peer] = rate
         self.sigmas[peer] = self.noise if self.noise is not None else noise_for(self.target, self.delta, rate,
                                                                                 planned_steps)
-        self.steps[peer] = 0
 
-    def round_step(self, peers: list[int], batch: int) -> DPStep:
+    def round_step(self, peers: Sequence[Accounted], batch: int) -> DPStep:
         """DP-SGD for the local round of `peers` (in the group's order) on batches of `batch`; each peer's noise
         stream is keyed by the DP steps it has taken so far, so no two rounds share one."""
-        gens = [torch_generator(self.seed, p, f"{PURPOSE}/{self.steps[p]}", self.device) for p in peers]
-        return DPStep(self.clip, [self.sigmas[p] for p in peers], gens, batch)
+        gens = [torch_generator(self.seed, p.id, f"{PURPOSE}/{p.dp_steps}", self.device) for p in peers]
+        return DPStep(self.clip, [self.sigmas[p.id] for p in peers], gens, batch)
 
-    def account(self, peer: int, steps: int) -> float:
-        """Count a local round of `steps` DP steps of `peer`; its ε over the run so far."""
-        self.steps[peer] += steps
+    def account(self, peer: Accounted, steps: int) -> float:
+        """Count a local round of `steps` DP steps of `peer` (in its record); its ε over the run so far."""
+        peer.dp_steps += steps
         return self.epsilon(peer)
 
-    def epsilon(self, peer: int) -> float:
-        return epsilon(self.sigmas[peer], self.rates[peer], self.steps[peer], self.delta)
+    def epsilon(self, peer: Accounted) -> float:
+        return epsilon(self.sigmas[peer.id], self.rates[peer.id], peer.dp_steps, self.delta)
 
     def record(self) -> dict[str, Any]:
         """This rank's peers for the manifest's `dp_sgd` entry: σ, q and planned settings by peer."""

@@ -39,6 +39,9 @@ from p2pfl.runtime.plain import (
 )
 
 CHECKPOINT = "checkpoint"
+#: A field's metadata key: saved only once it differs from its default, and a checkpoint without it restores the
+#: default. For state that only some runs use (DP-SGD's step count), so the others' checkpoints stay as they were.
+WHEN_SET = "when_set"
 FORMAT = "p2pfl-checkpoint-1"
 
 
@@ -67,7 +70,8 @@ def _restored(current: Any, saved: Any, device: torch.device) -> Any:
 def record_state(record: Any) -> dict[str, Any]:
     """Everything of a peer record that a checkpoint keeps, by field name, as tensors and plain values; a field
     holding anything else is a TypeError naming it (mark it `derived()` or give it a `state_dict`)."""
-    state = {f.name: _saved(getattr(record, f.name)) for f in fields(record) if f.metadata.get(CHECKPOINT, True)}
+    state = {f.name: _saved(getattr(record, f.name)) for f in fields(record) if f.metadata.get(CHECKPOINT, True)
+             and not (f.metadata.get(WHEN_SET) and getattr(record, f.name) == f.default)}
     check_plain(state, type(record).__name__)
     return state
 
@@ -75,7 +79,9 @@ def record_state(record: Any) -> dict[str, Any]:
 def restore_record(record: Any, state: dict[str, Any], device: torch.device, source: str = "checkpoint") -> None:
     """Load what `record_state` saved back into a freshly set-up record of the same method; ValueError (one line,
     naming `source`, the file) when a field is missing or has another form than the fresh record's."""
-    kept = [f.name for f in fields(record) if f.metadata.get(CHECKPOINT, True)]
+    optional = {f.name for f in fields(record) if f.metadata.get(WHEN_SET)}
+    kept = [f.name for f in fields(record) if f.metadata.get(CHECKPOINT, True)
+            and (f.name in state or f.name not in optional)]  # an unsaved WHEN_SET field keeps its default
     for name in kept:
         if name not in state:
             raise ValueError(f"--resume: {source} has no '{name}' (a checkpoint of another method?)")
