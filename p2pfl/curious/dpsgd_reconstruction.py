@@ -40,8 +40,8 @@ class DpsgdReconstruction(Reconstruction):
     prefix = "curious_dpsgd_"
 
     class Options:
-        curious_rounds: int = opt(10, "reconstruction-dpsgd: the rounds whose updates the attack follows (its "
-                                      "unknowns: the peers' initial values and updates of these rounds)",
+        curious_rounds: int = opt(10, "reconstruction-dpsgd and -dgd: the rounds whose messages the attack follows "
+                                      "(-dpsgd's unknowns: the peers' initial values and updates of these rounds)",
                                   section="curious", bounds=">= 1")
 
     @classmethod
@@ -49,17 +49,25 @@ class DpsgdReconstruction(Reconstruction):
         """The messages carry local updates: a method that mixes by W and hands the scheme gradients."""
         method = catalogue().get(cfg.algorithm, cfg)
         check(method.can(MIXES_BY_W) and method.can(GIVES_GRADIENTS), "curious_attack",
-              f"reconstruction-dpsgd reads D-PSGD (a method that mixes by W and takes gradient steps), "
+              f"{cls.name} reads D-PSGD (a method that mixes by W and takes gradient steps), "
               f"not {cfg.algorithm}")
 
     @classmethod
     def check_resolved(cls, cfg: Any, check: Check) -> None:
         super(Reconstruction, cls).check_resolved(cfg, check)  # the base's: not the consensus attack's K × K bound
         if cfg.curious is not None:
-            unknowns = cfg.peers * (cfg.curious_rounds + 1)
-            check(unknowns <= MAX_UNKNOWNS, "curious_rounds",
-                  f"reconstruction-dpsgd solves for peers × (rounds + 1) = {unknowns} unknowns: at most "
-                  f"{MAX_UNKNOWNS}")
+            unknowns = cls.unknowns(cfg.peers, cfg.curious_rounds)
+            check(unknowns <= MAX_UNKNOWNS, cls.BOUNDED_BY,
+                  f"{cls.name} solves for {cls.UNKNOWNS} = {unknowns} unknowns: at most {MAX_UNKNOWNS}")
+
+    #: The unknowns the attack solves for, as its refusal names them, and the option the refusal names.
+    UNKNOWNS = "peers × (rounds + 1)"
+    BOUNDED_BY = "curious_rounds"
+
+    @staticmethod
+    def unknowns(peers: int, rounds: int) -> int:
+        """The columns of the knowledge matrix: every peer's x(0) and its update of each followed round."""
+        return peers * (rounds + 1)
 
     def __init__(self, ctx: Any, algorithm: Any, curious: frozenset[int], options: Any) -> None:
         CuriousAttack.__init__(self, ctx, algorithm, curious, options)
@@ -68,11 +76,11 @@ class DpsgdReconstruction(Reconstruction):
         self.before: dict[tuple[int, int], np.ndarray] = {}  # (round, local peer) -> its model before the round
         self.done = 0  # the last round whose messages the system holds
         self.truth: dict[tuple[int, int], np.ndarray] = {}  # (round, sender) -> Δ (rank 0; to score only)
-        self.state = np.eye(n, n * (rounds + 1))  # coefficients of x(done) in the unknowns
+        self.state = np.eye(n, self.unknowns(n, rounds))  # coefficients of x(done) in the unknowns
         vectors = algorithm.consensus_vectors() or {}
         parts = ctx.world.gather({p: self._kept(v) for p, v in vectors.items() if p in curious})
         own = sorted(curious)  # the curious peers' own initial values
-        self.m = np.eye(n, n * (rounds + 1))[own]
+        self.m = np.eye(n, self.unknowns(n, rounds))[own]
         self.y = np.stack([next(part[a] for part in parts if a in part) for a in own]) if parts is not None else None
         neighbours = {q for a in curious for q in ctx.graph.neighbors(a)} - curious
         self.targets = [v for v in range(n) if v not in curious]
@@ -102,16 +110,15 @@ class DpsgdReconstruction(Reconstruction):
             return {}, {}
         seen = {key: v for part, _ in parts for key, v in part.items()}
         before = {key: v for _, part in parts for key, v in part.items()}
-        n, k = self.ctx.n_peers, self.options.curious_coords
+        k = self.options.curious_coords
         for (t, j), message in seen.items():
             if t > 0:
                 self.truth[(t, j)] = message - before[(t, j)]
         rows, values = [self.m], [self.y]
         for t in range(self.done + 1, min(round, self.options.curious_rounds) + 1):
-            sent = self.state.copy()
-            sent[:, t * n:(t + 1) * n] += np.eye(n)
+            sent = self.sent(t)
             for a in sorted(self.curious):  # the curious peers know their own updates (0 when they sat out)
-                rows.append(np.eye(1, sent.shape[1], t * n + a))
+                rows.append(self.own_row(t, a))
                 values.append(self.truth.get((t, a), np.zeros(k))[None])
             senders = sorted(j for (r, j) in seen if r == -t)
             if senders:
@@ -122,26 +129,45 @@ class DpsgdReconstruction(Reconstruction):
         self.m, self.y, estimate, projected = knowledge_solve(np.concatenate(rows), np.concatenate(values))
         return self._score(estimate, projected)
 
+    def sent(self, t: int) -> np.ndarray:
+        """The coefficients of round t's messages in the unknowns: x(t − 1) + Δ(t)."""
+        n = self.ctx.n_peers
+        sent = self.state.copy()
+        sent[:, t * n:(t + 1) * n] += np.eye(n)
+        return sent
+
+    def own_row(self, t: int, a: int) -> np.ndarray:
+        """The row by which curious peer a knows its own update of round t."""
+        return np.eye(1, self.state.shape[1], self.column(t, a))
+
+    def column(self, t: int, v: int) -> int:
+        """The unknown that Δ_v(t) is: its own column (t · K + v)."""
+        return t * self.ctx.n_peers + v
+
+    def predicted(self, estimate: np.ndarray, t: int, v: int) -> np.ndarray:
+        """The attack's estimate of Δ_v(t)."""
+        return estimate[self.column(t, v)]
+
     def _score(self, estimate: np.ndarray, projected: np.ndarray
                ) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
         """The counts over the non-curious peers' updates of the followed rounds in which they sent."""
-        n, tiny = self.ctx.n_peers, np.finfo(np.float64).tiny
+        tiny, prefix = np.finfo(np.float64).tiny, self.prefix
         known: dict[int, list[bool]] = {v: [] for v in self.targets}
         won: dict[int, list[bool]] = {v: [] for v in self.targets}
         worst: dict[int, float] = {}
         for (t, v), delta in sorted(self.truth.items()):
-            if v in self.curious:
+            if v in self.curious or t > self.options.curious_rounds:
                 continue
-            column = t * n + v
-            error = float(np.linalg.norm(estimate[column] - delta) / max(float(np.linalg.norm(delta)), tiny))
-            known[v].append(bool(projected[column] >= IN_ROW_SPACE))
+            guess = self.predicted(estimate, t, v)
+            error = float(np.linalg.norm(guess - delta) / max(float(np.linalg.norm(delta)), tiny))
+            known[v].append(bool(projected[self.column(t, v)] >= IN_ROW_SPACE))
             won[v].append(error <= self.options.curious_tolerance)
             worst[v] = max(worst.get(v, 0.0), error)
         every = {v for v in self.targets if won[v] and all(won[v])}
-        return {"curious_dpsgd_identifiable": float(sum(bool(known[v]) and all(known[v]) for v in self.targets)),
-                "curious_dpsgd_reconstructed": float(len(every)),
-                "curious_dpsgd_reconstructed_non_neighbours": float(len(every.intersection(self.far))),
-                "curious_dpsgd_updates_identifiable": float(sum(sum(known[v]) for v in self.targets)),
-                "curious_dpsgd_updates_reconstructed": float(sum(sum(won[v]) for v in self.targets)),
-                "curious_dpsgd_knowledge_rank": float(self.m.shape[0])}, \
-            {v: {"curious_dpsgd_error": worst[v]} for v in self.targets if v in worst}
+        return {f"{prefix}identifiable": float(sum(bool(known[v]) and all(known[v]) for v in self.targets)),
+                f"{prefix}reconstructed": float(len(every)),
+                f"{prefix}reconstructed_non_neighbours": float(len(every.intersection(self.far))),
+                f"{prefix}updates_identifiable": float(sum(sum(known[v]) for v in self.targets)),
+                f"{prefix}updates_reconstructed": float(sum(sum(won[v]) for v in self.targets)),
+                f"{prefix}knowledge_rank": float(self.m.shape[0])}, \
+            {v: {f"{prefix}error": worst[v]} for v in self.targets if v in worst}
