@@ -230,6 +230,10 @@ class RunConfig:
     eval_peers: int | None = _opt(None, "score a seeded sample of N peers at the final evaluation, plus the network "
                                   "average (default: every peer; 0: the network average alone); identical models "
                                   "are scored once", section="evaluation", bounds=">= 0")
+    peer_scores: str = _opt("final", "when each peer's own model is scored (the --eval-peers sample): at the final "
+                                     "evaluation, or at every evaluation (each distinct model scored each time: the "
+                                     "peers' mean, min and max in every evaluation record)", ("final", "every"),
+                            section="evaluation")
     zeta2_batch: int | None = _opt(None, "heterogeneity zeta2_avg at every evaluation on the first N samples of each "
                                    "peer's shard (0: off; default: the learners at the final evaluation only, on "
                                    "512 samples, as it costs a forward and backward pass of them a peer; the "
@@ -277,8 +281,8 @@ class RunConfig:
 #: message chunks, how a rank's peers are batched). Any other difference is refused (`check_resume`).
 CONTINUING = frozenset({
     "rounds", "updates", "sim_time", "timeout", "checkpoint_every", "fault", "eval_every", "eval_every_s",
-    "peer_records", "log", "log_peers", "progress", "plots", "plot_format", "resume", "out", "name", "data_dir",
-    "download", "chunk_mb", "cuda_aware_mpi", "batch_peers"})
+    "peer_records", "peer_scores", "log", "log_peers", "progress", "plots", "plot_format", "resume", "out", "name",
+    "data_dir", "download", "chunk_mb", "cuda_aware_mpi", "batch_peers"})
 
 #: The order of the options (--help groups, config.yaml, --print-config): the core's groups and, by name, the
 #: methods' sections (p2pfl.options) where they have always stood; a section not named here comes after these,

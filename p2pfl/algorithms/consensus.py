@@ -48,6 +48,7 @@ class Consensus(Algorithm):
          "schedule", "keep_optimizer", "batch_peers", "fedbn", "sl_augment", "crop_scale", "weight_by_data",
          "probe_epochs", "knn_k", "zeta2_batch"),
         "consensus averages random vectors: it reads no data and trains no model")
+    ignores["peer_scores"] = "consensus records every peer's distance at every evaluation already"
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)

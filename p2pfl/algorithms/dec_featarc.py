@@ -279,7 +279,7 @@ class DecFeatARC(DecSSL):
         averages = self.cluster_averages(net)
         sizes = self.cluster_sizes(net)
         # the drift exchange before the root scores (as GossipLearner); none when no peer is scored
-        between = self.neighbour_drift(round, net) if final and self.cfg.eval_peers != 0 else {}
+        between = self.neighbour_drift(round, net) if self.peers_scored(final) and self.cfg.eval_peers != 0 else {}
         metrics: dict[str, float] = {}
         scores: list[dict[str, float]] = [{} for _ in averages]
         if self.ctx.world.is_root:
@@ -295,9 +295,9 @@ class DecFeatARC(DecSSL):
                 metrics[f"{name}_avg"] = max(s[name] for s in scores)
         baseline = self.baseline_here(final)
         per_peer: dict[int, dict[str, float]] = {}
-        if final:
+        if self.peers_scored(final):
             per_peer = self.final_peer_scores(metrics, between, net, lambda p: averages[self.peers[p].cluster],
                                               lambda p: {"cluster": float(self.peers[p].cluster)},
-                                              averages=list(zip(averages, scores)))
+                                              averages=list(zip(averages, scores)), final=final)
         self.report_baseline(metrics, baseline)
         return metrics, per_peer

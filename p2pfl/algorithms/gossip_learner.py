@@ -266,7 +266,7 @@ class GossipLearner(LocalTrainer):
         zeta2 = at_average(self, avg, net, final)  # collective, before any rank goes its own way
         # The evaluation's one exchange comes before the root's scoring of the average, so that no rank waits
         # on the root (and its receive timeout) while the root probes; the ranks meet again only after scoring.
-        between = self.neighbour_drift(round, net) if final and self.cfg.eval_peers != 0 else {}
+        between = self.neighbour_drift(round, net) if self.peers_scored(final) and self.cfg.eval_peers != 0 else {}
         metrics: dict[str, float] = {}
         scores: dict[str, float] = {}
         if self.ctx.world.is_root:
@@ -275,8 +275,8 @@ class GossipLearner(LocalTrainer):
             if zeta2 is not None:
                 metrics["zeta2_avg"] = zeta2
         baseline = self.baseline_here(final)
-        per_peer = self.final_peer_scores(metrics, between, net, lambda p: avg, averages=[(avg, scores)]) \
-            if final else {}
+        per_peer = self.final_peer_scores(metrics, between, net, lambda p: avg, averages=[(avg, scores)],
+                                          final=final) if self.peers_scored(final) else {}
         self.report_baseline(metrics, baseline)
         return metrics, per_peer
 
@@ -298,37 +298,44 @@ class GossipLearner(LocalTrainer):
         if self.ctx.world.is_root:
             metrics.update({k + UNTRAINED: v for k, v in (baseline or {}).items()})
 
+    def peers_scored(self, final: bool) -> bool:
+        """Whether this evaluation scores the peers' own models: the final one, or every one with --peer-scores
+        every."""
+        return final or self.cfg.peer_scores == "every"
+
     def final_peer_scores(self, metrics: dict[str, float], between: dict[int, float], net: RoundNetwork,
                           reference: Callable[[int], nn.Module],
                           extra: Callable[[int], dict[str, float]] | None = None,
-                          averages: Sequence[tuple[nn.Module, dict[str, float]]] = ()) -> dict[int, dict[str, float]]:
-        """The final scores of the local peers in the --eval-peers sample, each with its drift to its reference
-        model (the network average) and to its neighbours and the method's `extra` entries; the root's
-        `metrics` get `peers_scored`. `averages`: the network averages the root has scored (every rank holds the
-        models; the scores are the root's), whose scores a peer holding one of them reports. Collective."""
+                          averages: Sequence[tuple[nn.Module, dict[str, float]]] = (),
+                          final: bool = True) -> dict[int, dict[str, float]]:
+        """The scores of the local peers in the --eval-peers sample (as the `final` evaluation scores them, or an
+        earlier one), each with its drift to its reference model (the network average) and to its neighbours and
+        the method's `extra` entries; the root's `metrics` get `peers_scored`. `averages`: the network averages the
+        root has scored (every rank holds the models; the scores are the root's), whose scores a peer holding one
+        of them reports. Collective."""
         sample = self.eval_sample(net)
         if self.ctx.world.is_root:
             metrics[PEERS_SCORED] = float(len(sample))
         scored = [p for p in self.alive_peers(net) if p in sample]
         return {p: {**scores, **(extra(p) if extra else {}),
                     "drift_to_avg": weight_drift(self.peers[p].model, reference(p)), "drift_to_neighbours": between[p]}
-                for p, scores in self.score_distinct(scored, averages).items()}
+                for p, scores in self.score_distinct(scored, averages, final).items()}
 
-    def score_distinct(self, peers: list[int], averages: Sequence[tuple[nn.Module, dict[str, float]]] = ()
-                       ) -> dict[int, dict[str, float]]:
-        """`score_peers(peers, final=True)` of the local `peers`, each distinct model among them scored once
+    def score_distinct(self, peers: list[int], averages: Sequence[tuple[nn.Module, dict[str, float]]] = (),
+                       final: bool = True) -> dict[int, dict[str, float]]:
+        """`score_peers(peers, final)` of the local `peers`, each distinct model among them scored once
         (p2pfl.algorithms.distinct): the lowest peer holding it scores it, and on the root a peer holding one of
         the `averages` it scored reports their scores (`as_peer`). Collective (one gather, to the root, of what
         each rank scored: the manifest's and summary's `scoring`)."""
         world = self.ctx.world
         if not self.scores_by_model:
-            out = self.score_peers(peers, True)
+            out = self.score_peers(peers, final)
             self.record_scoring(len(peers), [b""] * len(peers), [b""] * len(averages), by_digest=False)
             return out
         mine = {p: state_digest(self.peers[p].model) for p in peers}
         known = [state_digest(model) for model, _ in averages] if world.is_root else []
         plan = plan_scoring(mine, known)
-        scores = self.score_peers(plan.scorers, True)
+        scores = self.score_peers(plan.scorers, final)
         out = {p: dict(scores[plan.source[p]]) if p in plan.source else self.as_peer(averages[plan.known[p]][1])
                for p in peers}
         self.record_scoring(len(plan.scorers), list(mine.values()), known)

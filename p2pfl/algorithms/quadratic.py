@@ -135,11 +135,12 @@ class Quadratic(Algorithm):
     # plain gradient steps
     allowed: ClassVar[dict[str, tuple[Any, ...]]] = {"optimizer": ("sgd",), "nesterov": (False,)}
     capabilities = frozenset({MIXES_BY_W, GIVES_GRADIENTS, HANDS_OVER})  # the test bed of every --gossip scheme
-    ignores = dict.fromkeys(
+    ignores = {**dict.fromkeys(
         ("dataset", "data_dir", "download", "partition", "rotate_groups", "train_subset", "validation", "model",
          "local_epochs", "batch_size", "weight_decay", "keep_optimizer", "batch_peers", "fedbn", "sl_augment",
          "crop_scale", "weight_by_data", "probe_epochs", "knn_k"),
-        "quadratic takes --local-steps gradient steps of size --lr on its generated problem: no data, no model")
+        "quadratic takes --local-steps gradient steps of size --lr on its generated problem: no data, no model"),
+        "peer_scores": "quadratic records every peer's error at every evaluation already"}
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)

@@ -147,6 +147,9 @@ class FedMuscle(LocalTrainer):
              SEQUENCE_LABELS: "its public data and its peers' tasks are images"}
     peers: dict[int, MusclePeer]
 
+    ignores: ClassVar[dict[str, str]] = {
+        "peer_scores": "fedmuscle scores every peer's own model at every evaluation already"}
+
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
         self.work: MultiTaskWorkload | None = None
