@@ -62,10 +62,18 @@ def quantity(key: str) -> Quantity:
     return QUANTITIES.get(base, Quantity(base))
 
 
+#: A title longer than this puts its key on a second line: a narrow panel's one-line title would run past it.
+ONE_LINE_TITLE = 36
+
+
 def metric_title(name: str) -> str:
-    """A panel's title: the readable label and the key (the key alone when the table has no label for it)."""
+    """A panel's title: the readable label and the key (the key alone when the table has no label for it), the key
+    on a second line when both would exceed ONE_LINE_TITLE characters."""
     label = QUANTITIES[name].label if name in QUANTITIES else None
-    return f"{label} ({name})" if label and label != name else name
+    if not label or label == name:
+        return name
+    one_line = f"{label} ({name})"
+    return one_line if len(one_line) <= ONE_LINE_TITLE else f"{label}\n({name})"
 
 
 def metric_label(key: str) -> str:
