@@ -10,8 +10,6 @@ pairwise network-DP ε averaged over pairs, Decor's largest per-peer SecLDP ε; 
 """
 from __future__ import annotations
 
-import argparse
-import csv
 import json
 import math
 import statistics
@@ -19,6 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from .study_cli import arguments, write_csv
 from .style import colour, new_figure, save, styled
 
 AXES = ("topology", "mechanism")
@@ -105,19 +104,12 @@ def figure(table: list[dict[str, Any]], path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("study", type=Path)
-    ap.add_argument("--out", type=Path, required=True, help="file stem: STEM.csv and STEM.png are written")
-    args = ap.parse_args(argv)
+    args = arguments(__doc__, argv)
     table = rows(args.study)
     if not table:
         print(f"analysis.privacy_study: {args.study}: no finished runs")
         return 1
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out.with_suffix(".csv"), "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(table[0]))
-        writer.writeheader()
-        writer.writerows(table)
+    write_csv(table, args.out)
     figure(table, args.out.with_suffix(".png"))
     for r in table:
         print(f"{r['topology']:>11} {r['mechanism']:>12}  acc {r['test_acc_avg']:.3f} ± {r['test_acc_avg_ci']:.3f}"

@@ -9,14 +9,13 @@ round at which the final count was reached, the final count and how many of thos
 """
 from __future__ import annotations
 
-import argparse
-import csv
 import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from .study_cli import arguments, write_csv
 from .style import colour, new_figure, save, styled
 
 AT = (1, 3, 5)
@@ -92,20 +91,13 @@ def figure(groups: dict[tuple[str, str, str], list[dict[str, Any]]], path: Path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("study", type=Path)
-    ap.add_argument("--out", type=Path, required=True, help="file stem: STEM.csv and STEM.png are written")
-    args = ap.parse_args(argv)
+    args = arguments(__doc__, argv)
     groups = curves(args.study)
     if not groups:
         print(f"analysis.reconstruction_study: {args.study}: no finished runs")
         return 1
     table = rows(groups)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out.with_suffix(".csv"), "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(table[0]))
-        writer.writeheader()
-        writer.writerows(table)
+    write_csv(table, args.out)
     figure(groups, args.out.with_suffix(".png"))
     print(f"analysis.reconstruction_study: wrote {args.out.with_suffix('.csv')} and {args.out.with_suffix('.png')}")
     return 0

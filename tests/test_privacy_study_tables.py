@@ -3,6 +3,7 @@ and t-interval over seeds, ε from each mechanism's own record, and the round ea
 (against values computed here by hand)."""
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -58,3 +59,22 @@ def test_reconstruction_table_counts_and_first_round_of_the_final_count(tmp_path
     (row,) = reconstruction_study.rows(reconstruction_study.curves(study))
     assert row["reconstructed_after_1"] == 1 and row["reconstructed_after_3"] == 2.5
     assert row["rounds_to_final"] == "3 5" and row["reconstructed_final"] == "4 4" and row["curious_peers"] == 1
+
+
+def test_the_reconstruction_command_writes_its_table_and_figure_and_refuses_an_empty_study(tmp_path: Path) -> None:
+    axes = {"size": "n5", "curious": "one", "curious_placement": "degree"}
+    records = [{"type": "eval", "round": t + 1, "curious_reconstructed": c, "curious_reconstructed_non_neighbours": 0}
+               for t, c in enumerate([1, 4])]
+    study = _study(tmp_path / "study", [(axes, {"peers": 5}, {}, records)])
+    out = tmp_path / "out" / "table"
+    assert reconstruction_study.main([str(study), "--out", str(out)]) == 0
+    with open(out.with_suffix(".csv"), newline="") as fh:
+        (row,) = list(csv.DictReader(fh))
+    expected = reconstruction_study.rows(reconstruction_study.curves(study))[0]
+    assert row == {k: str(v) for k, v in expected.items()}
+    assert out.with_suffix(".png").stat().st_size > 0
+    (tmp_path / "empty").mkdir()
+    empty = _study(tmp_path / "empty", [])
+    assert reconstruction_study.main([str(empty), "--out", str(tmp_path / "none")]) == 1
+    assert privacy_study.main([str(empty), "--out", str(tmp_path / "none")]) == 1
+    assert not (tmp_path / "none.csv").exists()
