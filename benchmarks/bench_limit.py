@@ -81,6 +81,7 @@ class Sizes:
     seed: int = 0
     device: str = "cpu"
     batch_peers: str = "auto"
+    dtype: str = "float32"
 
 
 def launcher(ranks: int) -> list[str]:
@@ -100,7 +101,7 @@ def p2pfl_options(s: Sizes) -> dict:
                "rounds": s.rounds, "local_steps": s.local_steps, "batch_size": s.batch_size, "optimizer": opt,
                "lr": lr, "momentum": momentum, "weight_decay": decay, "seed": s.seed, "device": s.device,
                "threads": 1, "batch_peers": s.batch_peers, "eval_every": 0, "eval_peers": 1, "zeta2_batch": 0,
-               "plots": False, "progress": False}
+               "plots": False, "progress": False, "dtype": s.dtype}
     if s.case == "fedavg-server":
         options["mixing"] = "server"
     if s.images:
@@ -132,8 +133,16 @@ def block(peers: int, ranks: int, rank: int) -> range:
 
 
 def bare_loop(s: Sizes, comm=None, keep_models: bool = False) -> dict:
-    """The case's local steps and averaging, plainly (module docstring); its timings, and with `keep_models` each
-    local peer's final flat state. `comm`: an mpi4py communicator for several ranks, else None."""
+    """The case's local steps and averaging, plainly (module docstring), in the precision `s.dtype` (torch's
+    default dtype meanwhile, as the job's --dtype); its timings, and with `keep_models` each local peer's final
+    flat state. `comm`: an mpi4py communicator for several ranks, else None."""
+    from p2pfl.runtime.precision import precision
+
+    with precision(s.dtype):
+        return _bare_loop(s, comm, keep_models)
+
+
+def _bare_loop(s: Sizes, comm=None, keep_models: bool = False) -> dict:
     import numpy as np
     import torch
     import torch.nn.functional as F

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The linter, then the whole test suite (in one process and under mpirun), after the set-up they need.
+# The linter, then the whole test suite (on every core, and under mpirun), after the set-up they need; then the
+# numerics tests again under other CPU kernels.
 # This is the README's test command and all that CI (.ci/run) runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,4 +18,19 @@ fi
 bash scripts/setup.sh
 export P2PFL_DATA=${P2PFL_DATA:-$PWD/data-cache} OMP_NUM_THREADS=1
 .venv/bin/ruff check .
-exec .venv/bin/python -m pytest -q --durations=30 "$@"
+# One worker a core (pytest-xdist; P2PFL_TEST_WORKERS=1 for one process); the Slurm tests share one worker.
+workers=(-n "${P2PFL_TEST_WORKERS:-auto}" --dist loadgroup)
+.venv/bin/python -m pytest -q "${workers[@]}" --durations=30 "$@"
+# The tests marked `numerics` (two computation paths compared to a tolerance) again under other CPU kernels: an
+# AVX2-only machine's and the generic ones (torch's dispatch, MKL's and oneDNN's), so a bound that holds on this
+# CPU's kernels alone fails here rather than on a user's machine. OPENBLAS_CORETYPE is left as the machine sets it.
+# Run with no arguments (the whole suite, as CI), or with P2PFL_NUMERICS=1 for the numerics tests among "$@".
+[ $# = 0 ] || [ "${P2PFL_NUMERICS:-0}" = 1 ] || exit 0
+for kernels in "avx2 AVX2 AVX2" "default SSE4_2 SSE41"; do
+  read -r aten mkl onednn <<<"$kernels"
+  echo "numerics under ATEN_CPU_CAPABILITY=$aten MKL_ENABLE_INSTRUCTIONS=$mkl ONEDNN_MAX_CPU_ISA=$onednn"
+  status=0
+  ATEN_CPU_CAPABILITY=$aten MKL_ENABLE_INSTRUCTIONS=$mkl ONEDNN_MAX_CPU_ISA=$onednn \
+    .venv/bin/python -m pytest -q "${workers[@]}" -p no:cacheprovider -m numerics "$@" || status=$?
+  [ "$status" = 0 ] || [ "$status" = 5 ] || exit "$status"  # 5: the arguments selected no numerics test
+done

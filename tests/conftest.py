@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,20 @@ def mpirun_path() -> str | None:
     return str(local) if local.exists() else shutil.which("mpirun")
 
 
+#: P2PFL_TEST_FRESH=1: every one-process `python -m p2pfl.run` of run_job in a fresh interpreter, as before they ran
+#: in the test's process (to check that the two agree, or to bisect a leak between runs).
+FRESH = os.environ.get("P2PFL_TEST_FRESH") == "1"
+
+
 def run_job(args: list[str], ranks: int = 1, timeout: float = 240, cwd: Path | None = None,
-            env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run `python ARGS` under `mpirun -n ranks` (or plainly for ranks=0) and capture its output."""
+            env: dict | None = None, fresh: bool = False) -> subprocess.CompletedProcess:
+    """Run `python ARGS` under `mpirun -n ranks` (or plainly for ranks=0) and capture its output.
+
+    A one-process `-m p2pfl.run` runs in this process (`in_process`), as a study's pooled worker runs its points:
+    the same `p2pfl.run.main` with the process-wide state put back afterwards, without paying a fresh interpreter's
+    imports (seconds a run). `fresh=True` where the fresh interpreter is what the test is about."""
+    if ranks == 0 and args[:2] == ["-m", "p2pfl.run"] and not (fresh or FRESH):
+        return in_process(args[2:], timeout=timeout, cwd=cwd or ROOT, env=env)
     cmd = [sys.executable, *args]
     if ranks > 0:
         launcher = mpirun_path()
@@ -39,6 +51,70 @@ def run_job(args: list[str], ranks: int = 1, timeout: float = 240, cwd: Path | N
         cmd = [launcher, "-n", str(ranks), *cmd]
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT, env=full_env)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`--dist loadgroup`), the Slurm tests share one worker, so one session cluster serves
+    them all (two would contend for its ports and state directory)."""
+    for item in items:
+        if item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
+def in_process(argv: list[str], timeout: float = 240, cwd: Path = ROOT, env: dict | None = None
+               ) -> subprocess.CompletedProcess:
+    """`python -m p2pfl.run ARGV` run in this process, as p2pfl.study.worker runs a pooled point (its equality to a
+    subprocess is tests/test_study_pool.py's): file descriptors 1 and 2 (and sys.stdout, sys.stderr) go to files,
+    `env` and `cwd` apply inside, plug-ins it loads are forgotten, the process-wide state it changed is put back.
+    Past `timeout` the test process dumps every thread's stack and exits, as a hung subprocess would be killed."""
+    import faulthandler
+    import tempfile
+
+    import p2pfl.run
+    from p2pfl.plugin_scope import isolated
+    from p2pfl.study.worker import exit_status, fresh_point
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = Path(tmp) / "out", Path(tmp) / "err"
+        faulthandler.dump_traceback_later(timeout, exit=True)
+        try:
+            with isolated(), _streams_to(out, err), fresh_point(p2pfl.run.__file__, argv):
+                os.environ.update({"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})})
+                os.chdir(cwd)
+                rc = exit_status(argv)
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+        return subprocess.CompletedProcess(["-m", "p2pfl.run", *argv], rc, out.read_text(errors="replace"),
+                                           err.read_text(errors="replace"))
+
+
+@contextmanager
+def _streams_to(out: Path, err: Path) -> Iterator[None]:
+    """Within the block, file descriptors 1 and 2 write to `out` and `err`, and sys.stdout and sys.stderr (which
+    pytest's capture replaced) to them too, as a fresh process's would."""
+    import ctypes
+
+    saved_streams = sys.stdout, sys.stderr
+    for stream in saved_streams:
+        stream.flush()
+    saved = os.dup(1), os.dup(2)
+    files = [os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for path in (out, err)]
+    os.dup2(files[0], 1)
+    os.dup2(files[1], 2)
+    sys.stdout = open(1, "w", closefd=False, buffering=1)  # noqa: SIM115 - closed below
+    sys.stderr = open(2, "w", closefd=False, buffering=1)  # noqa: SIM115
+    try:
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+            stream.close()
+        ctypes.CDLL(None).fflush(None)
+        sys.stdout, sys.stderr = saved_streams
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, *files):
+            os.close(fd)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -125,6 +201,21 @@ def same_records_on_ranks(script: str, tmp_path: Path, timeout: float = 600) -> 
     for name, recs in outputs[0].items():
         assert recs == outputs[2][name] == outputs[4][name], name  # bitwise, timings aside
     return outputs[0]
+
+
+def runs_on_ranks(runs: dict[str, list[str]], ranks: int, tmp_path: Path, timeout: float = 600) -> None:
+    """Every command line of `runs` (name: p2pfl.run's arguments, without `-m p2pfl.run`) in one job under
+    `mpirun -n ranks` (tests/mpi/runs.py), or in this process one after the other for ranks=0: several cases a
+    launch, where a launch each would pay R interpreters' start-up and imports a case."""
+    if ranks == 0:
+        for name, argv in runs.items():
+            proc = in_process(argv, timeout=timeout)
+            assert proc.returncode == 0, f"{name}: {proc.stderr[-3000:]}"
+        return
+    spec = tmp_path / f"runs-{ranks}.json"
+    spec.write_text(json.dumps(runs))
+    proc = run_job([str(ROOT / "tests" / "mpi" / "runs.py"), str(spec)], ranks=ranks, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def four_ranks_equal_one(args: list[str], runs_dir: Path, timeout: float = 400) -> list[dict]:

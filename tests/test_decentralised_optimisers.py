@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_job
+from conftest import run_job, runs_on_ranks
 
 SCHEMES = ("average", "gradient-tracking", "d2", "exact-diffusion", "qgm", "push-sum")
 K, D, LR, SEED, MU = 8, 5, 0.05, 0, 0.9
@@ -258,13 +258,33 @@ def test_lambda_min_tolerance() -> None:
 
 # ------------------------------------------------------------------ (d) placement: 1, 2 and 4 ranks
 
+PLACED = [*SCHEMES, "relay"]  # relay on the random graph's BFS tree
+
+
+@pytest.fixture(scope="module")
+def placement_traces(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], list[dict]]:
+    """Every scheme's 30-round trace on the random graph, on 1, 2 and 4 ranks: one launch a rank count, every
+    scheme's run in it (tests/mpi/runs.py)."""
+    runs = tmp_path_factory.mktemp("placement")
+    traces = {}
+    for ranks in (1, 2, 4):
+        commands = {scheme: ["--algorithm", "quadratic", "--peers", str(K), "--rounds", "30", "--dim", str(D), "--lr",
+                             str(LR), "--seed", str(SEED), "--momentum", str(MU), "--eval-every", "0", "--out",
+                             str(runs), "--name", f"{scheme}-{ranks}", "--no-progress", "--no-plots", "--topology",
+                             "random", "--p", "0.5", "--gossip", scheme, "--sgd-noise", "0.1"] for scheme in PLACED}
+        runs_on_ranks(commands, ranks, runs)
+        traces.update({(scheme, ranks): _records(runs / f"{scheme}-{ranks}") for scheme in PLACED})
+    return traces
+
+
 @pytest.mark.mpi
-@pytest.mark.parametrize("scheme", [*SCHEMES, "relay"])  # relay on the random graph's BFS tree
-def test_same_trace_on_1_2_and_4_ranks(runs_dir: Path, scheme: str) -> None:
+@pytest.mark.xdist_group("decentralised-optimisers-placement")  # one worker computes the shared traces
+@pytest.mark.parametrize("scheme", PLACED)
+def test_same_trace_on_1_2_and_4_ranks(placement_traces: dict, scheme: str) -> None:
     """Peers are not ranks: the errors (every scheme's state included) and the bytes are the same bit for bit
     whether the 8 peers sit on one process or are split 4+4 or 2+2+2+2."""
-    options = ["--topology", "random", "--p", "0.5", "--gossip", scheme, "--sgd-noise", "0.1"]
-    traces = {ranks: _records(_job(runs_dir, f"ranks{ranks}", *options, rounds=30, ranks=ranks)) for ranks in (1, 2, 4)}
+    traces = {ranks: placement_traces[scheme, ranks] for ranks in (1, 2, 4)}
+    assert len(traces[1]) == 31
     for ranks in (2, 4):
         assert [r["error"] for r in traces[ranks]] == [r["error"] for r in traces[1]], ranks  # bitwise
         assert [r["bytes_sent"] for r in traces[ranks][1:]] == [r["bytes_sent"] for r in traces[1][1:]], ranks

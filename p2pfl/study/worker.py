@@ -27,7 +27,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-#: Seed of torch's global generator in a fresh process (torch's default_rng_seed_val).
+#: Seed of torch's global generator in a fresh process, read by main() as the worker starts; None outside a worker
+#: (a point then draws a new seed, as a fresh process does).
 _FRESH_TORCH_SEED: int | None = None
 
 
@@ -81,7 +82,10 @@ def fresh_point(argv0: str, argv: list[str]) -> Iterator[None]:
     old_argv, streams, dtype = sys.argv, (sys.stdout, sys.stderr), torch.get_default_dtype()
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
     loggers = _logging_state()
-    torch.manual_seed(_FRESH_TORCH_SEED)  # torch.manual_seed seeds every CUDA device too
+    if _FRESH_TORCH_SEED is None:
+        torch.seed()
+    else:
+        torch.manual_seed(_FRESH_TORCH_SEED)  # torch.manual_seed seeds every CUDA device too
     np.random.seed()  # a fresh process's numpy and random draw their seeds from the OS
     random.seed()
     with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as refs:
@@ -118,17 +122,25 @@ def run_point(argv: list[str], log: str) -> int:
     import p2pfl.run
 
     with output_to(log), fresh_point(p2pfl.run.__file__, argv):
-        try:
-            return int(p2pfl.run.main(argv) or 0)
-        except SystemExit as exc:
-            if exc.code is None or isinstance(exc.code, int):
-                return int(exc.code or 0)
-            print(exc.code, file=sys.stderr)
-            return 1
-        except BaseException:  # noqa: BLE001 - as an uncaught exception ends `python -m`: traceback, status 1
-            import traceback
-            traceback.print_exc()
-            return 1
+        return exit_status(argv)
+
+
+def exit_status(argv: list[str]) -> int:
+    """`p2pfl.run.main(argv)` in this process, ended as `python -m p2pfl.run` ends: its exit status, what a
+    SystemExit says on stderr, an uncaught exception's traceback and status 1."""
+    import p2pfl.run
+
+    try:
+        return int(p2pfl.run.main(argv) or 0)
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return int(exc.code or 0)
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException:  # noqa: BLE001 - as an uncaught exception ends `python -m`: traceback, status 1
+        import traceback
+        traceback.print_exc()
+        return 1
 
 
 def serve(commands: Any, replies: Any) -> None:
