@@ -23,6 +23,12 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+# Under pytest-xdist the cores are shared with the other workers, so the waiting ranks of the jobs tests start sleep
+# between polls rather than spin (p2pfl.comm.world.poll_until), even where a job's own ranks fit the cores.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("P2PFL_OVERSUBSCRIBED", "1")
+
+
 def mpirun_path() -> str | None:
     """The mpirun beside this interpreter (the mpich wheel), else one on PATH."""
     local = Path(sys.executable).parent / "mpirun"
@@ -41,7 +47,8 @@ def run_job(args: list[str], ranks: int = 1, timeout: float = 240, cwd: Path | N
     A one-process `-m p2pfl.run` runs in this process (`in_process`), as a study's pooled worker runs its points:
     the same `p2pfl.run.main` with the process-wide state put back afterwards, without paying a fresh interpreter's
     imports (seconds a run). `fresh=True` where the fresh interpreter is what the test is about."""
-    if ranks == 0 and args[:2] == ["-m", "p2pfl.run"] and not (fresh or FRESH):
+    fresh = fresh or FRESH or "PYTHONPATH" in (env or {})  # a path only a fresh interpreter's start reads
+    if ranks == 0 and args[:2] == ["-m", "p2pfl.run"] and not fresh:
         return in_process(args[2:], timeout=timeout, cwd=cwd or ROOT, env=env)
     cmd = [sys.executable, *args]
     if ranks > 0:
@@ -54,11 +61,14 @@ def run_job(args: list[str], ranks: int = 1, timeout: float = 240, cwd: Path | N
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`--dist loadgroup`), the Slurm tests share one worker, so one session cluster serves
-    them all (two would contend for its ports and state directory)."""
+    """Under pytest-xdist (`--dist loadgroup`): a module's tests run on one worker one after the other, so a
+    module-scoped run is made once for all the tests that read it; the Slurm tests of every module share one
+    worker, so one session cluster serves them all (two would contend for its ports and state directory)."""
     for item in items:
-        if item.get_closest_marker("slurm"):
-            item.add_marker(pytest.mark.xdist_group("slurm"))
+        if item.get_closest_marker("xdist_group"):
+            continue
+        group = "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def in_process(argv: list[str], timeout: float = 240, cwd: Path = ROOT, env: dict | None = None

@@ -7,6 +7,9 @@ from torch import nn
 
 from p2pfl import evaluation as ev
 
+#: Two computation paths compared to a tolerance: rerun under other CPU kernels (scripts/test.sh).
+pytestmark = pytest.mark.numerics
+
 P, N, M, D, C = 5, 600, 200, 16, 4
 EPOCHS, BATCH = 4, 128  # 600 = 4 * 128 + 88: full and short minibatches
 

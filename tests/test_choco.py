@@ -46,6 +46,7 @@ def test_choco_without_compression_is_lazy_gossip(runs_dir: Path) -> None:
 
 @pytest.mark.parametrize("codec", [("top-k", "--compress-ratio", "0.4"), ("random-k", "--compress-ratio", "0.4"),
                                    ("qsgd",), ("sign",)])
+@pytest.mark.numerics
 def test_choco_with_each_codec_reaches_the_dense_fixed_point(runs_dir: Path, codec: tuple[str, ...]) -> None:
     """Error feedback: the copies catch up with the models, so every codec ends where dense CHOCO does (to 1e-6,
     against a fixed-point error near 1e-2), while its early rounds differ (the messages are compressed)."""
@@ -157,6 +158,7 @@ def _gossip(runs_dir: Path, name: str, codec: str, *network: str) -> list[dict]:
                                      ("--topology", "cycle", "--link-failure", "0.2"),
                                      ("--topology", "random", "--p", "0.4", "--link-failure", "0.2")],
                          ids=["cycle", "random", "cycle-failing", "random-failing"])
+@pytest.mark.numerics
 def test_choco_gossip_keeps_the_mean_and_converges_geometrically(runs_dir: Path, codec: str,
                                                                  network: tuple[str, ...]) -> None:
     """Doubly stochastic Metropolis weights (recomputed on the surviving links, symmetric still): the network mean

@@ -266,6 +266,7 @@ class Segmented(Consensus):
 '''
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("codec", [("qsgd", "0.3"), ("sign", "0.05"), ("random-k", "0.2")])
 def test_choco_gossip_per_tensor_keeps_the_mean_and_converges_on_failing_links(runs_dir: Path, tmp_path: Path,
                                                                                codec: tuple[str, str]) -> None:

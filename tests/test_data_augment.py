@@ -77,6 +77,7 @@ def test_crop_boxes_follow_the_scale_and_ratio_rules():
     assert area.std() > 0.2  # crops really vary in size
 
 
+@pytest.mark.numerics
 def test_crop_resize_matches_interpolate_of_the_crop():
     """A box upsampled to 32×32 equals torch's bilinear resize of the cropped pixels (away from the box edge,
     where grid_sample may read the neighbour outside the box)."""
@@ -88,6 +89,7 @@ def test_crop_resize_matches_interpolate_of_the_crop():
     assert torch.allclose(out[..., 1:-1, 1:-1], ref[..., 1:-1, 1:-1], atol=1e-5)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("size", [(28, 28), (32, 32), (17, 24)])
 def test_axis_aligned_grid_is_affine_grid_bitwise(size):
     """The crop's separable grid equals F.affine_grid of the same per-sample maps, bit for bit (so moving off
@@ -108,6 +110,7 @@ def test_axis_aligned_grid_is_affine_grid_bitwise(size):
     (A.adjust_saturation, TF.adjust_saturation, 0.6, 1.4),
     (A.adjust_hue, TF.adjust_hue, -0.1, 0.1),
 ])
+@pytest.mark.numerics
 def test_colour_ops_match_torchvision_per_image(op, ref, lo, hi):
     x = torch.rand(12, 3, 8, 8)
     factors = lo + (hi - lo) * torch.rand(12, generator=gen(3))
@@ -116,6 +119,7 @@ def test_colour_ops_match_torchvision_per_image(op, ref, lo, hi):
     assert torch.allclose(got, want, atol=1e-5)
 
 
+@pytest.mark.numerics
 def test_contrast_on_gray_images_matches_torchvision():
     x = torch.rand(6, 1, 8, 8)
     f = torch.linspace(0.6, 1.4, 6)
@@ -145,6 +149,7 @@ def test_jitter_fraction_is_about_p():
     assert 0.74 < float(changed) < 0.86
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("channels", [3, 1])
 def test_colour_without_masks_equals_masked(channels):
     """The GPU's branch-free colour path (every operation on every image, the selected results kept) gives

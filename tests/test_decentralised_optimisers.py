@@ -132,6 +132,7 @@ def ring_runs(tmp_path_factory) -> dict[str, np.ndarray]:
     return {s: _errors(_job(runs_dir, s, "--topology", "cycle", "--gossip", s)) for s in SCHEMES}
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("scheme", ["gradient-tracking", "d2", "exact-diffusion"])
 def test_exact_schemes_converge_geometrically_to_the_optimum(ring_runs, scheme: str) -> None:
     """Heterogeneous quadratics (ζ² = 1), constant step 0.05, a ring of 8 (D² at λ_min = −1/3 exactly): the error
@@ -174,6 +175,7 @@ def test_average_bias_grows_with_heterogeneity_and_the_inverse_gap(runs_dir: Pat
 
 # ------------------------------------------------------------------ (b) the run's trace is the dense implementation's
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_trace_equals_the_dense_implementation(ring_runs, scheme: str) -> None:
     a, b = _problem(1.0)
@@ -278,7 +280,6 @@ def placement_traces(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str
 
 
 @pytest.mark.mpi
-@pytest.mark.xdist_group("decentralised-optimisers-placement")  # one worker computes the shared traces
 @pytest.mark.parametrize("scheme", PLACED)
 def test_same_trace_on_1_2_and_4_ranks(placement_traces: dict, scheme: str) -> None:
     """Peers are not ranks: the errors (every scheme's state included) and the bytes are the same bit for bit

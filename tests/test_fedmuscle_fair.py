@@ -53,6 +53,7 @@ def test_bad_tau_prev_is_one_clear_line() -> None:
         resolve(make_config(algorithm="fedmuscle", dataset="synthetic", peers=4, align_tau=0.0), 1)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("m", [1, 2, 3])
 def test_gradient_cosine_against_brute_force(m: int) -> None:
     """The logged cosine equals the one from the enumerated Muscle loss's gradient (float64, an independent
@@ -86,6 +87,7 @@ def test_recorded_m_is_min_of_m_and_degree(tmp_path: Path, topology: str, m: int
     assert {v for r in rounds for v in r.values()} == {expected}
 
 
+@pytest.mark.numerics
 def test_gamma_zero_run_is_the_pairwise_run(tmp_path: Path) -> None:
     """--muscle-tau-prev equal to the temperature (gamma = 0) trains as --loss pairwise: the same alignment
     losses and task metrics up to float rounding, and the anchor gradients point the same way (cosine 1). The

@@ -14,6 +14,9 @@ import pytest
 
 from golden_cases import ATOL, CASES, GOLDEN, RTOL, differences, fingerprint, recorded_fingerprint, run_case
 
+#: Two computation paths compared to a tolerance: rerun under other CPU kernels (scripts/test.sh).
+pytestmark = pytest.mark.numerics
+
 HERE = Path(__file__).resolve().parent
 
 

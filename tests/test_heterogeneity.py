@@ -59,6 +59,7 @@ def _dense_zeta2(A: np.ndarray, b: np.ndarray) -> dict[int, float]:
     return out
 
 
+@pytest.mark.numerics
 def test_quadratic_zeta2_is_the_closed_form(runs_dir: Path, tmp_path: Path) -> None:
     path, A, b = _problem_file(tmp_path)
     expected = _dense_zeta2(A, b)
@@ -69,6 +70,7 @@ def test_quadratic_zeta2_is_the_closed_form(runs_dir: Path, tmp_path: Path) -> N
     assert expected[2] != pytest.approx(expected[6], rel=1e-3)  # the test sees x̄ move
 
 
+@pytest.mark.numerics
 def test_generated_quadratic_zeta2_is_the_closed_form(runs_dir: Path, tmp_path: Path) -> None:
     """The generated problem (A_i = (i + 1)/√K I kept as scalars, b_i from the stream (0, i, "quadratic")) against
     the dense closed form of the same A_i and b_i."""
@@ -112,6 +114,7 @@ def _learn(runs_dir: Path, name: str, algorithm: str, ranks: int) -> dict[int, d
     return _evals(runs_dir / name)
 
 
+@pytest.mark.numerics
 @pytest.mark.mpi
 def test_learner_zeta2_same_on_one_and_two_ranks(runs_dir: Path) -> None:
     """Dec-SL: ζ² at every evaluation, finite and positive (non-IID shards), equal on 1 and 2 ranks to rounding."""
@@ -130,6 +133,7 @@ def test_fedavg_measures_and_ssl_does_not(runs_dir: Path) -> None:
     assert ssl and all("zeta2_avg" not in m for m in ssl.values())  # its loss needs random views
 
 
+@pytest.mark.numerics
 def test_chunked_gradient_equals_one_backward() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))

@@ -102,6 +102,7 @@ def test_one_sample_moves_each_stacked_peer_by_at_most_lr_c_over_b() -> None:
         assert 0.99 * LR * CLIP / B <= moved <= LR * CLIP / B * (1 + 1e-9), i
 
 
+@pytest.mark.numerics
 def test_stacked_and_alone_take_the_same_private_step_noise_included() -> None:
     """Each stacked member's update, noise from its own stream, is the one it takes alone (float rounding aside)."""
     models = [_model(0), _model(1)]
@@ -197,6 +198,7 @@ def test_a_run_records_each_peers_epsilon_as_the_reference_accounts_it(tmp_path:
     assert run.summary["dp_epsilon_max"] == max(rounds[-1]["dp_epsilon"].values())
 
 
+@pytest.mark.numerics
 def test_the_stacked_path_trains_dp_sgd_as_the_loop_does(tmp_path: Path) -> None:
     """--batch-peers on (StackedBatch) and off (OneBatch) in a whole run: the same losses up to float rounding (the
     same samples, clipping and noise), the same epsilon."""

@@ -60,6 +60,7 @@ def _start_mean() -> np.ndarray:
 DRIFT_FLOOR = 0.04
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("network", [("--link-failure", "0.3"), ("--participation", "0.6")])
 def test_push_sum_keeps_the_mean_where_averaging_drifts(runs_dir: Path, network: tuple[str, str]) -> None:
     """The one-peer exponential graph (one-way links), models held fixed (consensus: no gradient): push-sum's mass

@@ -17,6 +17,9 @@ from torch import nn
 from p2pfl.optim import OPTIMIZERS
 from p2pfl.stacked_optim import StackedOptimizer
 
+#: Two computation paths compared to a tolerance: rerun under other CPU kernels (scripts/test.sh).
+pytestmark = pytest.mark.numerics
+
 P = 4
 SHAPES = [(3, 5), (5,), (2, 3, 3, 3)]
 ACTIVE = [4, 4, 3, 2, 4, 1]
