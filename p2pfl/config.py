@@ -21,6 +21,7 @@ import importlib
 import math
 import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -38,6 +39,7 @@ from p2pfl.options import sections as _registered
 from p2pfl.privacy.dp_options import check_run as _check_dp
 from p2pfl.privacy.dp_options import dp_on as _dp_on
 from p2pfl.registry import load_all
+from p2pfl.runtime.files import refuse_not_plain
 from p2pfl.shown import shown
 from p2pfl.yamlfile import safe_load
 
@@ -423,8 +425,11 @@ def _load_plugins(specs: Any, base: str | None = None) -> tuple[str, ...]:
 
 def _run_plugins(run_dir: str) -> tuple[str, ...]:
     """The plug-ins a run folder's config.yaml records (none when it cannot be read: `check_resume` says why)."""
+    path = os.path.join(run_dir, "config.yaml")
     try:
-        with open(os.path.join(run_dir, "config.yaml"), encoding="utf-8") as fh:
+        if not stat.S_ISREG(os.lstat(path).st_mode):  # a link or a FIFO: check_resume refuses the folder
+            return ()
+        with open(path, encoding="utf-8") as fh:
             own = safe_load(fh)
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return ()
@@ -685,6 +690,11 @@ def check_resume(cfg: RunConfig) -> None:
     every option outside CONTINUING whose value differs, with both values. Options the run's file does not hold
     (added since it was written) are not compared."""
     path = os.path.join(cfg.resume, "config.yaml")
+    if os.path.isdir(cfg.resume):  # first: nothing of the folder is opened through a link or blocks on a FIFO
+        try:
+            refuse_not_plain(cfg.resume, "--resume")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     try:
         with open(path, encoding="utf-8") as fh:
             own = safe_load(fh)

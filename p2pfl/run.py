@@ -45,7 +45,7 @@ from p2pfl.runtime import console
 from p2pfl.runtime.allocator import keep_freed_memory
 from p2pfl.runtime.checkpoint import verify_checkpoint
 from p2pfl.runtime.device import configure_determinism, select_device
-from p2pfl.runtime.failure import USER_ERROR_EXIT, abort_on_exception, agree
+from p2pfl.runtime.failure import USER_ERROR_EXIT, UserExit, abort_on_exception, agree
 from p2pfl.runtime.hooks import run_hooks
 from p2pfl.runtime.manifest import base_manifest
 from p2pfl.runtime.precision import precision
@@ -80,7 +80,7 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
     cfg = run.cfg
     n_peers = cfg.peers
     graph, schedule, described = agree(world, lambda: build_network(cfg, described=world.is_root))
-    scheme = SCHEMES.get(cfg.gossip).from_config(cfg)
+    scheme = agree(world, lambda: SCHEMES.get(cfg.gossip).from_config(cfg))
     clock = (agree(world, lambda: network_clock.build(network_clock.ClockOptions.of(cfg), n_peers, schedule.stragglers))
              if cfg.clock else None)
     device = agree(world, lambda: select_device(cfg.device, world.local_rank))
@@ -91,7 +91,7 @@ def build_context(world: World, run: ResolvedRun, announce: bool = True) -> RunC
                           cuda_aware=cfg.cuda_aware_mpi)
     transport.stats.track_links = clock is not None  # per-link bytes: what the simulated clock times
     checked = CheckedExchange(transport, world, reject_nonfinite=cfg.on_nonfinite == "rollback")
-    robust = Robust.from_config(cfg, choose_byzantine(cfg.byzantine, n_peers, cfg.seed), n_peers)
+    robust = agree(world, lambda: Robust.from_config(cfg, choose_byzantine(cfg.byzantine, n_peers, cfg.seed), n_peers))
     run_dir, lock, resume_round = open_run_dir(world, cfg)
     me = Host(rank=world.rank, host=world.host, device=str(device), peers=placement.peers_of(world.rank))
     hosts = world.allgather(me)
@@ -323,6 +323,8 @@ def failure_reason(exc: BaseException) -> str | None:
     if isinstance(exc, SystemExit):
         if exc.code in (None, 0, PREEMPTED_EXIT):
             return None
+        if isinstance(exc, UserExit):
+            return f"bad input: {exc.message}"
         if exc.code == USER_ERROR_EXIT:
             return f"bad input (exit status {USER_ERROR_EXIT}; the 'p2pfl: error:' line is on stderr)"
         return f"exit status {exc.code}"

@@ -32,10 +32,15 @@ from topologies.dynamic import Cycle, register_dynamic
 Mixing = dict[tuple[int, int], float]
 
 
-def _max_degree(name: str, max_degree: object) -> int:
-    """`max_degree` as an int >= 1; TopologyError naming the topology otherwise."""
+def _max_degree(name: str, max_degree: object, n: int) -> int:
+    """`max_degree` as an int in [1, max(1, n - 1)] (a peer of n has at most n - 1 neighbours, and the
+    construction's loops run over the degree: a larger one is refused before they start); TopologyError naming
+    the topology otherwise."""
     if isinstance(max_degree, bool) or not isinstance(max_degree, int) or max_degree < 1:
         raise TopologyError(f"topology {name!r}: max_degree must be an integer >= 1, got {max_degree!r}")
+    if max_degree > max(1, n - 1):
+        raise TopologyError(f"topology {name!r}: max_degree {max_degree} is more than a peer of {n} can have "
+                            f"(at most {max(1, n - 1)} neighbours)")
     return max_degree
 
 
@@ -207,16 +212,16 @@ MAX_DEGREE = {"max_degree": "links a peer has at most in a round (k of Base-(k+1
 
 
 @register_dynamic("base", directed=False, weighted=True, flags=MAX_DEGREE,
-                  support=lambda n, max_degree=1: _support(n, _max_degree("base", max_degree), False),
-                  cycle=lambda n, max_degree=1: _cycle(n, _max_degree("base", max_degree), False))
+                  support=lambda n, max_degree=1: _support(n, _max_degree("base", max_degree, n), False),
+                  cycle=lambda n, max_degree=1: _cycle(n, _max_degree("base", max_degree, n), False))
 def base(n: int, seed: int, t: int, max_degree: int = 1) -> nx.DiGraph:
     """Base-(k+1) graph (Takezawa et al. 2023): degree ≤ k = max_degree, exact average after a finite period."""
-    return _links(n, t, _max_degree("base", max_degree), False)
+    return _links(n, t, _max_degree("base", max_degree, n), False)
 
 
 @register_dynamic("simple-base", directed=False, weighted=True, flags=MAX_DEGREE,
-                  support=lambda n, max_degree=1: _support(n, _max_degree("simple-base", max_degree), True),
-                  cycle=lambda n, max_degree=1: _cycle(n, _max_degree("simple-base", max_degree), True))
+                  support=lambda n, max_degree=1: _support(n, _max_degree("simple-base", max_degree, n), True),
+                  cycle=lambda n, max_degree=1: _cycle(n, _max_degree("simple-base", max_degree, n), True))
 def simple_base_graph(n: int, seed: int, t: int, max_degree: int = 1) -> nx.DiGraph:
     """Simple Base-(k+1) graph (Takezawa et al. 2023): Base-(k+1) without its split of K's (k+1)-smooth part."""
-    return _links(n, t, _max_degree("simple-base", max_degree), True)
+    return _links(n, t, _max_degree("simple-base", max_degree, n), True)

@@ -23,7 +23,9 @@ class DPOptions:
     dp_noise: float | None = opt(None, "DP-SGD's noise multiplier sigma: Gaussian noise N(0, sigma^2 C^2) on each "
                                        "step's sum of clipped gradients", section=SECTION, bounds="> 0")
     dp_epsilon: float | None = opt(None, "DP-SGD's target epsilon of each peer over the run: sigma solved for it, "
-                                         "per peer (instead of --dp-noise)", section=SECTION, bounds="> 0")
+                                         "per peer (instead of --dp-noise); at most 709, where the guarantee's "
+                                         "factor e^epsilon leaves what a double can hold", section=SECTION,
+                                   bounds="(0, 709]")
     dp_delta: float = opt(1e-5, "DP-SGD's delta of the (epsilon, delta) accounted (and of --dp-epsilon)",
                           section=SECTION, bounds="(0, 1)")
 

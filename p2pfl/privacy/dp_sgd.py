@@ -163,8 +163,14 @@ class DPSGD:
         spends it in `planned_steps` steps (the run's rounds × its full local steps: stragglers spend less)."""
         rate = min(1.0, batch / shard)
         self.rates[peer] = rate
-        self.sigmas[peer] = self.noise if self.noise is not None else noise_for(self.target, self.delta, rate,
-                                                                                planned_steps)
+        if self.noise is None:
+            self.sigmas[peer] = noise_for(self.target, self.delta, rate, planned_steps)
+            return
+        try:  # a σ the accountant cannot account would fail at the first round's record, after set-up
+            epsilon(self.noise, rate, planned_steps, self.delta)
+        except ValueError as exc:
+            raise ValueError(f"--dp-noise {self.noise:g}: {exc}") from None
+        self.sigmas[peer] = self.noise
 
     def round_step(self, peers: Sequence[Accounted], batch: int) -> DPStep:
         """DP-SGD for the local round of `peers` (in the group's order) on batches of `batch`; each peer's noise

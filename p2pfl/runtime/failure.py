@@ -20,6 +20,35 @@ class UserError(ValueError):
     """Bad input every rank agreed on: the one line the command line prints after 'p2pfl: error: '."""
 
 
+#: What reading a named input (a data file, a trace, a study's plan) may raise that is the input's fault, not
+#: p2pfl's: `reading` turns each into one line naming the input. JSONDecodeError and UnicodeDecodeError are
+#: ValueErrors; FileNotFoundError and PermissionError are OSErrors.
+INPUT_FAULTS: tuple[type[BaseException], ...] = (OSError, EOFError, RecursionError, TypeError, OverflowError,
+                                                  MemoryError, KeyError, IndexError, ValueError)
+
+
+def input_fault_line(name: str, exc: BaseException) -> str:
+    """One line: the input's name, the exception's type and its first line (ValueError's own words alone)."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, RecursionError):
+        text = "nested too deeply to read"
+    elif isinstance(exc, MemoryError):
+        text = "too large to hold in memory"
+    if type(exc) is ValueError:
+        return f"{name}: {text}" if not text.startswith(name) else text
+    return f"{name}: {type(exc).__name__}: {text[:300]}" if text else f"{name}: {type(exc).__name__}"
+
+
+@contextmanager
+def reading(name: str) -> Iterator[None]:
+    """Within the block, what INPUT_FAULTS a named input's reader raises becomes a ValueError of one line naming
+    `name` (the option and file), the error `agree` turns into a clean exit on every rank."""
+    try:
+        yield
+    except INPUT_FAULTS as exc:
+        raise ValueError(input_fault_line(name, exc)) from exc
+
+
 @contextmanager
 def raising_user_errors() -> Iterator[None]:
     """Within the block, `agree` raises UserError on bad input instead of ending the process (p2pfl.simulate)."""
@@ -40,12 +69,20 @@ def abort_on_exception(world: World, exc: BaseException) -> None:
     sys.exit(1)
 
 
+class UserExit(SystemExit):
+    """The exit (USER_ERROR_EXIT) of a run refused on bad input, holding the line printed, for summary.json."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(USER_ERROR_EXIT)
+        self.message = message
+
+
 def user_error_exit(world: World, message: str) -> None:
     """One line on rank 0, a non-zero exit on every rank."""
     if world.is_root:
         sys.stderr.write(f"p2pfl: error: {message}\n")
         sys.stderr.flush()
-    sys.exit(USER_ERROR_EXIT)
+    raise UserExit(message)
 
 
 def agree(world: World, step: Callable[[], T]) -> T:

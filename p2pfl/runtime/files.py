@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,46 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+#: Flags of every open of a run folder's file: a link in its place is refused (ELOOP), never followed, so a write
+#: lands in the folder or nowhere.
+NO_LINK = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_plain(path: str | os.PathLike, flags: int, mode: int = 0o666) -> int:
+    """os.open of a run folder's file that refuses a link (ELOOP) and anything but a regular file (a FIFO would
+    block the open: O_NONBLOCK, which a regular file ignores, lets it through to be refused)."""
+    fd = os.open(path, flags | NO_LINK | os.O_NONBLOCK, mode)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path}: not a regular file, refused")
+    return fd
+
+
+def not_plain(folder: str | os.PathLike) -> list[Path]:
+    """Every entry under `folder` (itself excluded) that is neither a regular file nor a folder: a symbolic link
+    (dangling or not), a FIFO, a socket, a device; found by lstat, never following a link."""
+    found = []
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        for name in (*dirs, *files):
+            path = Path(root, name)
+            mode = os.lstat(path).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                found.append(path)
+    return sorted(found)
+
+
+def refuse_not_plain(folder: str | os.PathLike, option: str) -> None:
+    """ValueError naming what in `folder` is not a regular file or folder (a link, a FIFO), for `option`: a run
+    writes its lock, records, checkpoints and plots in its folder, and none of them may land elsewhere or block."""
+    odd = not_plain(folder)
+    if odd:
+        shown = ", ".join(str(p.relative_to(folder)) for p in odd[:5])
+        more = f" and {len(odd) - 5} more" if len(odd) > 5 else ""
+        raise ValueError(f"{option} {folder}: refused, it holds {len(odd)} entr{'y' if len(odd) == 1 else 'ies'} "
+                         f"other than regular files and folders (links, FIFOs), and a run writes only inside its "
+                         f"folder: {shown}{more}")
 
 
 def strict(obj: Any) -> Any:
@@ -117,7 +158,7 @@ class JsonLines:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        self._fd = open_plain(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 
     def write(self, record: dict) -> None:
         """Append `record` as one line, or leave the file as it was and raise OSError."""

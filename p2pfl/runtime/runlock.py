@@ -7,6 +7,8 @@ import os
 import socket
 from pathlib import Path
 
+from p2pfl.runtime.files import open_plain
+
 LOCK_FILE = ".lock"
 
 
@@ -21,7 +23,7 @@ class RunLock:
         """Lock `run_dir`, or a ValueError naming `option` when another process holds it: it writes nothing then
         (the lock file exists already: the holder made it)."""
         path = Path(run_dir) / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = open_plain(path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

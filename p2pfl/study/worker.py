@@ -45,8 +45,10 @@ def output_to(path: str) -> Iterator[None]:
     sys.stdout.flush()
     sys.stderr.flush()
     _fflush_c()
+    from p2pfl.runtime.files import open_plain  # a worker imports p2pfl only once it runs a point
+
     saved = os.dup(1), os.dup(2)
-    log = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    log = open_plain(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         os.dup2(log, 1)
         os.dup2(log, 2)
