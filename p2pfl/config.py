@@ -35,6 +35,7 @@ from p2pfl.options import bounds as _bounds
 from p2pfl.options import catalogue
 from p2pfl.options import opt as _opt
 from p2pfl.options import owned as _owned
+from p2pfl.options import reserve as _reserve
 from p2pfl.options import sections as _registered
 from p2pfl.privacy.dp_options import check_run as _check_dp
 from p2pfl.privacy.dp_options import dp_on as _dp_on
@@ -99,8 +100,11 @@ class RunConfig:
     participation: float = _opt(1.0, "fraction rho of peers drawn to take part each round", bounds="(0, 1]")
     out: str = _opt("runs", "parent folder of the run folder")
     name: str | None = _opt(None, "run folder name (default <time>-<algorithm>-<topology>)")
-    timeout: float = _opt(300.0, "seconds a receive or collective may wait before the job aborts",
-                          bounds="> 0 seconds")
+    timeout: float = _opt(300.0, "seconds a receive or collective may wait before the job aborts, and a set-up "
+                                 "step may compute", bounds="> 0 seconds")
+    stop_grace: float = _opt(30.0, "seconds a round may run on after a stop signal (SIGTERM, SIGUSR1, Ctrl-C) to "
+                                   "end with its checkpoint; then the run stops without it and --resume continues "
+                                   "from the last one (Slurm's KillWait is 30 s by default)", bounds="> 0 seconds")
     threads: int = _opt(1, "torch intra-op threads per process (results are bitwise reproducible at equal threads)",
                         bounds=f"[1, {MAX_THREADS}] (threads per process; a node has fewer cores)")
     device: str = _opt("auto", "auto (GPU by node-local rank when present), cpu, or cuda",
@@ -282,7 +286,7 @@ class RunConfig:
 #: trackers, progress, plots) or say where and how it computes without changing a number (run folder, data root,
 #: message chunks, how a rank's peers are batched). Any other difference is refused (`check_resume`).
 CONTINUING = frozenset({
-    "rounds", "updates", "sim_time", "timeout", "checkpoint_every", "fault", "eval_every", "eval_every_s",
+    "rounds", "updates", "sim_time", "timeout", "stop_grace", "checkpoint_every", "fault", "eval_every", "eval_every_s",
     "peer_records", "peer_scores", "log", "log_peers", "progress", "plots", "plot_format", "resume", "out", "name",
     "data_dir", "download", "chunk_mb", "cuda_aware_mpi", "batch_peers"})
 
@@ -291,6 +295,9 @@ CONTINUING = frozenset({
 #: in the order of the names.
 LAYOUT = ("run", "network", "byzantine", "consensus", "data", "training", "dec-ssl", "evaluation", "dec-byol",
           "dec-mae", "dec-featarc", "moon", "fedmuscle")
+
+
+_reserve(f.name for f in fields(RunConfig))
 
 
 def _sections() -> dict[str, type]:

@@ -24,7 +24,7 @@ import dataclasses
 import importlib
 import operator
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -115,6 +115,13 @@ def owned(module: str, name: str) -> Callable[[], list[str]]:
 STRETCHES = ("run", "data", "training")
 
 _SECTIONS: dict[str, type] = {}
+#: The core options' names (RunConfig's fields, p2pfl.config reserves them): no section may declare one again.
+_RESERVED: set[str] = set()
+
+
+def reserve(names: Iterable[str]) -> None:
+    """Keep `names` (the core options) out of every section, so a plug-in cannot declare --rounds again."""
+    _RESERVED.update(names)
 
 
 def method_options(name: str) -> Callable[[type], type]:
@@ -127,6 +134,10 @@ def method_options(name: str) -> Callable[[type], type]:
         if cls.validated_after not in STRETCHES:
             raise ValueError(f"section {name!r}: validated_after must be one of {STRETCHES}")
         declared = {f.name for f in dataclasses.fields(cls)}
+        core = declared & _RESERVED
+        if core:
+            raise ValueError(f"options {sorted(core)} of section {name!r} are p2pfl's own (core options): "
+                             "name them otherwise")
         for other, section in _SECTIONS.items():
             same = (section.__module__, section.__qualname__) == (cls.__module__, cls.__qualname__)
             clash = declared & {f.name for f in dataclasses.fields(section)}

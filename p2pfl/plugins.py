@@ -124,6 +124,11 @@ def _load_one(spec: str) -> list[Plugin]:
     return _LOADED[spec]
 
 
+#: What a plug-in's import may raise that is one line naming it: anything its code raises, an exit and a
+#: KeyboardInterrupt it raises itself included (a Ctrl-C of `python -m p2pfl.run` is a stop signal, not this).
+PLUGIN_FAULTS = (Exception, SystemExit, KeyboardInterrupt)
+
+
 def _fail(spec: str, exc: BaseException) -> PluginError:
     lines = str(exc).strip().splitlines()
     return PluginError(f"--plugin {spec}: {type(exc).__name__}" + (f": {lines[0]}" if lines else ""))
@@ -153,7 +158,7 @@ def _import_path(path: str) -> Plugin:
         sys.modules[name] = module  # before running it: dataclasses and pickling look the module up by name
         try:
             module_spec.loader.exec_module(module)
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure of the researcher's code is one line
+        except PLUGIN_FAULTS as exc:  # noqa: BLE001 - any failure of the researcher's code is one line
             del sys.modules[name]
             raise _fail(path, exc) from exc
     return Plugin(spec=path, kind="path", path=path, sha256=_digest(path))
@@ -166,7 +171,7 @@ def _import_module(spec: str) -> Plugin:
         if exc.name is not None and spec.startswith(exc.name):
             raise PluginError(f"--plugin {spec}: no module named {exc.name!r}") from exc
         raise _fail(spec, exc) from exc
-    except (Exception, SystemExit) as exc:  # noqa: BLE001
+    except PLUGIN_FAULTS as exc:  # noqa: BLE001
         raise _fail(spec, exc) from exc
     path = getattr(module, "__file__", None)
     return Plugin(spec=spec, kind="module", path=path and str(Path(path).resolve()), sha256=_digest(path))
@@ -180,7 +185,7 @@ def _entry_points() -> list[Plugin]:
             target = entry.load()
             if entry.attr is not None and callable(target):
                 target()
-        except (Exception, SystemExit) as exc:  # noqa: BLE001
+        except PLUGIN_FAULTS as exc:  # noqa: BLE001
             raise _fail(f"{spec} ({entry.value})", exc) from exc
         path = getattr(sys.modules.get(entry.module), "__file__", None)
         records.append(Plugin(spec=spec, kind="entry-point", path=path and str(Path(path).resolve()),

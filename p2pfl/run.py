@@ -1,10 +1,11 @@
 """`python -m p2pfl.run`: one job of K peers on a topology, under mpirun/srun or all in one process."""
 from __future__ import annotations
 
-from p2pfl.runtime.preemption import COMMAND_LINE_SIGNALS, STOP
+from p2pfl.runtime.preemption import COMMAND_LINE_SIGNALS, ROUND_FORCED, SETUP_FORCED, SETUP_STOP_GRACE_S, STOP
 
 if __name__ == "__main__":  # first: a stop signal during the imports below ends the run as cleanly as one later
     STOP.install(COMMAND_LINE_SIGNALS)
+    STOP.watch(SETUP_STOP_GRACE_S, SETUP_FORCED)  # a set-up step computing at length ends soon after a signal
 
 import logging
 import shutil
@@ -265,6 +266,9 @@ def execute(world: World, run: ResolvedRun, started: float | None = None,
         stop_in_setup(world)
         ctx = build_context(world, run)
         cfg = run.cfg
+        watching = STOP.watching  # the command line's: a stop signal ends a stretch computing at length
+        if watching and cfg.resume is None and ctx.folder is not None:  # a new run's folder holds nothing to keep
+            STOP.watch(SETUP_STOP_GRACE_S, SETUP_FORCED, lambda: shutil.rmtree(ctx.run_dir, ignore_errors=True))
         try:
             hold_for_signal(world.is_root)
             stop_in_setup(world, ctx)
@@ -273,11 +277,14 @@ def execute(world: World, run: ResolvedRun, started: float | None = None,
             if cfg.resume is not None:
                 agree(world, runner.restore)
             stop_in_setup(world, ctx)
+            if watching:
+                STOP.watch(cfg.stop_grace, ROUND_FORCED)
             if cfg.resume is not None and ctx.folder is not None:
                 ctx.folder.start()
             if started is not None:
                 runner.setup_s = world.allreduce_max(time.time() - started)  # the slowest rank's
             summary = runner.run()
+            STOP.watch(None)  # a signal after the last round: the plots and the summary are written
         except BaseException as exc:
             if ctx.folder is not None:
                 reason = failure_reason(exc)
@@ -304,6 +311,7 @@ def stop_in_setup(world: World, ctx: RunContext | None = None) -> None:
     stopped = signalled(world)
     if stopped is None:
         return
+    STOP.watch(None)  # stopping here, cleanly: the forced stop's timer is not needed
     if world.is_root:
         then = "run it again"
         if ctx is not None and ctx.cfg.resume is not None:

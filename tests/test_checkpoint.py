@@ -323,3 +323,49 @@ class Odd:
 def test_a_record_field_of_another_kind_is_refused_when_saved() -> None:
     with pytest.raises(TypeError, match=r"^Odd\.odd: a builtins\.object$"):
         record_state(Odd(1, object()))
+
+
+# ------------------------------------------------- another rank count under the default peer batching: to rounding
+BATCHED = ["-m", "p2pfl.run", "--algorithm", "fedavg", "--peers", "4", "--topology", "cycle", "--dataset", "synthetic",
+           "--train-subset", "400", "--batch-size", "16", "--local-steps", "5", "--eval-every", "1", "--no-progress",
+           "--no-plots", "--checkpoint-every", "1", "--dtype", "float64"]  # --batch-peers auto: a rank's peers stacked
+#: The bound of a float64 value of BATCHED's run on two placements: rounds x local steps x the longest sum of a
+#: step (a conv weight's gradient sums batch x 32 x 32 = 16384 products) x u = 2^-53, relative. The peers a rank
+#: stacks change with the rank count, and a stacked kernel sums in another order than one peer's.
+ROUNDING = 3 * 5 * 16 * 32 * 32 * 2.0 ** -53
+
+
+@pytest.mark.mpi
+@pytest.mark.numerics
+def test_resume_on_another_rank_count_under_peer_batching_is_equal_to_rounding(runs_dir: Path) -> None:
+    full = run_job([*BATCHED, "--rounds", "3", "--out", str(runs_dir), "--name", "full"], ranks=0)
+    assert full.returncode == 0, full.stderr[-2000:]
+    part = run_job([*BATCHED, "--rounds", "2", "--out", str(runs_dir), "--name", "part"], ranks=4)
+    assert part.returncode == 0, part.stderr[-2000:]
+    resumed = run_job([*BATCHED, "--rounds", "3", "--resume", str(runs_dir / "part")], ranks=2)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    full_records, resumed_records = _numbers(runs_dir / "full"), _numbers(runs_dir / "part")
+    kept = [r for r in full_records if r["type"] == "round"] + [r for r in full_records if r["type"] == "eval"][-1:]
+    again = ([r for r in resumed_records if r["type"] == "round"]
+             + [r for r in resumed_records if r["type"] == "eval"][-1:])
+    assert [r["round"] for r in again] == [0, 1, 2, 3, 3]
+    moved = [0.0]
+
+    def close(one: object, other: object, where: tuple) -> None:
+        if isinstance(one, dict):
+            assert isinstance(other, dict) and one.keys() == other.keys(), where
+            for key in one:
+                close(one[key], other[key], (*where, key))
+        elif isinstance(one, list):
+            assert isinstance(other, list) and len(one) == len(other), where
+            for i, (a, b) in enumerate(zip(one, other)):
+                close(a, b, (*where, i))
+        elif isinstance(one, float):
+            assert isinstance(other, float) and abs(other - one) <= ROUNDING * abs(one), (where, one, other)
+            moved[0] = max(moved[0], abs(other - one))
+        else:
+            assert other == one, where
+
+    for one, other in zip(kept, again, strict=True):
+        close(one, other, (one["type"], one["round"]))
+    assert moved[0] < 1e-9  # they moved apart at all only by rounding (0 where the kernels sum alike)

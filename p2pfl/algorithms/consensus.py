@@ -22,6 +22,7 @@ from p2pfl.gossip.schemes.base import DEBIASED, PLAIN_MIX
 from p2pfl.method import ASYNCHRONOUS, Algorithm, Phase
 from p2pfl.network import RoundNetwork
 from p2pfl.options import method_options, opt
+from p2pfl.runtime.limits import check_bytes
 from p2pfl.seeding import torch_generator
 
 
@@ -33,6 +34,10 @@ class ConsensusOptions:
                            bounds=">= 1")
     vector_dtype: str = opt("float32", "precision of the consensus vectors (float64 isolates the weights from "
                                        "float32 rounding)", ("float32", "float64"), section="consensus")
+
+
+#: The copies of a peer's vector a round holds at once (the vector, its mixed successor, its message).
+VECTOR_COPIES = 3
 
 
 class Consensus(Algorithm):
@@ -58,9 +63,13 @@ class Consensus(Algorithm):
 
     def setup(self) -> None:
         size = self.cfg.vector_size
+        dtype = getattr(torch, self.cfg.vector_dtype)
+        # a peer's vector, its mixed successor and its message at once; checked before the first is drawn
+        check_bytes(f"--vector-size {size} for {len(self.ctx.local_peers)} peer(s) on this rank",
+                    VECTOR_COPIES * size * dtype.itemsize * len(self.ctx.local_peers))
         for p in self.ctx.local_peers:
             gen = torch_generator(self.cfg.seed, p, "init")
-            x = torch.randn(size, generator=gen, dtype=getattr(torch, self.cfg.vector_dtype))
+            x = torch.randn(size, generator=gen, dtype=dtype)
             self.peers[p] = ConsensusPeer(id=p, x=x.to(self.ctx.device))
         self.initial_mean = exact_mean(self.ctx.world, self.consensus_vectors(), self.ctx.n_peers)
         honest = self.evaluated(self.ctx.schedule.at(0))

@@ -103,12 +103,16 @@ class Watchdog:
         self._seconds = 0.0
         self._alerted_by: int | None = None
         self._describe: Callable[[Expiry], str] = lambda expiry: ""
+        #: The deadlines an `arm` replaced, innermost last (deadline, armed at, seconds, describe).
+        self._outer: list[tuple[float | None, float, float, Callable[[Expiry], str]]] = []
         self._thread = threading.Thread(target=self._loop, name="p2pfl-watchdog", daemon=True)
         self._thread.start()
 
     def arm(self, seconds: float, describe: Callable[[Expiry], str], since: float | None = None) -> None:
-        """Start a deadline `seconds` after `since` (a time.monotonic() reading; now by default)."""
+        """Start a deadline `seconds` after `since` (a time.monotonic() reading; now by default); the deadline it
+        replaces (a set-up step's, around a collective of that step) comes back at `disarm`."""
         with self._cond:
+            self._outer.append((self._deadline, self._armed_at, self._seconds, self._describe))
             self._armed_at = time.monotonic() if since is None else since
             self._seconds = seconds
             self._deadline = self._armed_at + seconds
@@ -116,8 +120,12 @@ class Watchdog:
             self._cond.notify()
 
     def disarm(self) -> None:
+        """End the latest deadline; the one it replaced, if any, runs on as it was."""
         with self._cond:
-            self._deadline = None
+            if self._outer:
+                self._deadline, self._armed_at, self._seconds, self._describe = self._outer.pop()
+            else:
+                self._deadline = None
             self._cond.notify()
 
     def _loop(self) -> None:

@@ -11,7 +11,8 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -105,7 +106,7 @@ class World:
         world = cls(comm=comm, rank=comm.Get_rank(), size=comm.Get_size(), local_rank=node.Get_rank(),
                     local_size=node.Get_size(), host=socket.gethostname(),
                     oversubscribed=_oversubscribed(node.Get_size()),
-                    watchdog=_watchdog(comm) if comm.Get_size() > 1 else None)
+                    watchdog=_watchdog(comm))
         node.Free()
         return world
 
@@ -129,6 +130,25 @@ class World:
         when = f"in round {round}" if round is not None else "in set-up"
         return (f"p2pfl: timeout: rank {self.rank} waited {expiry.seconds()} s {when} in {call} from {caller}"
                 f"{expiry.when()}{expiry.absent()}")
+
+    @contextmanager
+    def computing(self, what: str) -> Iterator[None]:
+        """A stretch of this rank's own work (a set-up step) under the deadline too: past `timeout` without
+        leaving it, the rank prints one line naming `what` and the job ends with TIMEOUT_EXIT, so input that makes
+        a rank compute for ever (every rank busy, none waiting in a collective) cannot hang the job. A collective
+        within the stretch has its own deadline, after which the stretch's runs on."""
+        if self.watchdog is None:
+            yield
+            return
+        when = f"in round {self.round}" if self.round is not None else "in set-up"
+        seconds = self.timeout
+        self.watchdog.arm(seconds, lambda expiry: (
+            f"p2pfl: timeout: rank {self.rank} computed for {expiry.seconds()} s {when} in {what} without reaching "
+            f"the next collective (--timeout {seconds:g}){expiry.when()}{expiry.absent(always=False)}"))
+        try:
+            yield
+        finally:
+            self.watchdog.disarm()
 
     def _guarded(self, call: str, caller: str | None, collective: Callable[[], T]) -> T:
         """settle, then `collective`, under the deadline; `caller` defaults to the function calling the World."""

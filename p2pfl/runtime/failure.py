@@ -90,14 +90,17 @@ def agree(world: World, step: Callable[[], T]) -> T:
     `raising_user_errors()`: all raise UserError with the message instead).
 
     Collective: every rank must call it at the same point. The first failing rank's message is printed once.
+    The step runs under the world's deadline (World.computing): a step that computes past --timeout ends the job.
     """
     error: str | None = None
     result = None
+    caller = function_name(sys._getframe(1).f_code)
     try:
-        result = step()
+        with world.computing(caller):
+            result = step()
     except ValueError as exc:
         error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    errors = world.allgather(error, caller=f"agree in {function_name(sys._getframe(1).f_code)}")
+    errors = world.allgather(error, caller=f"agree in {caller}")
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         if _RAISE.get():

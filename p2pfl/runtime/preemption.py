@@ -7,10 +7,13 @@ a run is left to the signal's default (death by the signal, a point a study mark
 at once (KeyboardInterrupt)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -27,12 +30,32 @@ COMMAND_LINE_SIGNALS = (*SIGNALS, signal.SIGINT)
 HOLD_ENV = "P2PFL_HOLD_SETUP"
 
 
+#: The command line's line for a set-up that a stop signal ended before it reached a stop point.
+SETUP_FORCED = ("p2pfl: {signal} received in set-up, which had not reached a stop point {grace} s later: stopped "
+                f"before the first round; run it again (exit status {PREEMPTED_EXIT})")
+#: Its line for a round that had not ended `--stop-grace` seconds after the signal.
+ROUND_FORCED = ("p2pfl: {signal} received in a round that had not ended {grace} s later (--stop-grace): stopped "
+                f"without its checkpoint; --resume continues from the last one (exit status {PREEMPTED_EXIT})")
+#: Seconds a command line's set-up has, after a stop signal, to reach its next stop point before the process
+#: ends itself (a set-up step computing at length would otherwise outlive the signal until the scheduler's kill).
+SETUP_STOP_GRACE_S = 3.0
+
+
 class StopSignals:
-    """Remembers the first stop signal received; `restore` puts the previous handlers back."""
+    """Remembers the first stop signal received; `restore` puts the previous handlers back.
+
+    `watch` gives the stretch under way a grace (the command line's set-up, then its rounds): a stop signal also
+    starts a timer, and a process still running that many seconds later runs its cleanup (a new run's folder
+    removed), prints the stretch's line and ends at once with PREEMPTED_EXIT. Nothing is lost: set-up writes
+    nothing a resume reads, and a round cut short leaves the last checkpoint, which --resume continues from."""
 
     def __init__(self) -> None:
         self.received: int | None = None
         self._previous: dict[int, object] = {}
+        self._grace: float | None = None
+        self._line = ""
+        self._cleanup: Callable[[], None] | None = None
+        self._timer: threading.Timer | None = None
 
     @property
     def installed(self) -> bool:
@@ -48,10 +71,47 @@ class StopSignals:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.received is None:
             self.received = signum
+            self._start_timer()
         elif signum == signal.SIGINT:
             raise KeyboardInterrupt
 
+    @property
+    def watching(self) -> bool:
+        """Whether a stop signal ends the process after a grace (the command line, until its rounds end)."""
+        return self._grace is not None
+
+    def watch(self, grace: float | None, line: str = "", cleanup: Callable[[], None] | None = None) -> None:
+        """From now on a stop signal ends the process `grace` seconds later unless it has ended (None: never):
+        `line` is printed (with the signal's name for {signal}), after `cleanup`. A signal already received
+        restarts its timer under the new grace."""
+        self._cancel_timer()
+        self._grace, self._line, self._cleanup = grace, line, cleanup
+        if self.received is not None:
+            self._start_timer()
+
+    def _start_timer(self) -> None:
+        if self._grace is None:
+            return
+        self._timer = threading.Timer(self._grace, self._force)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _force(self) -> None:
+        cleanup, self._cleanup = self._cleanup, None
+        if cleanup is not None:
+            with contextlib.suppress(Exception):
+                cleanup()
+        sys.stderr.write(self._line.format(signal=self.name, grace=f"{self._grace:g}") + "\n")
+        sys.stderr.flush()
+        os._exit(PREEMPTED_EXIT)
+
     def restore(self) -> None:
+        self.watch(None)
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
         self._previous = {}

@@ -23,7 +23,12 @@ class RunLock:
         """Lock `run_dir`, or a ValueError naming `option` when another process holds it: it writes nothing then
         (the lock file exists already: the holder made it)."""
         path = Path(run_dir) / LOCK_FILE
-        fd = open_plain(path, os.O_RDWR | os.O_CREAT)
+        try:
+            fd = open_plain(path, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:  # a read-only mount, a folder or a link in the lock's place
+            reason = exc.strerror or " ".join(str(exc).split())
+            raise ValueError(f"{option}: cannot take the run folder's lock {path} ({reason}); a run writes its "
+                             "folder, which must be writable and hold only regular files") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

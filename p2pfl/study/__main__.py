@@ -90,7 +90,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for n in todo:
             print(f"  {states.get(n, 'pending'):<9} {n}")
         return 0
-    folder.write_plan(plan, text)
+    try:
+        folder.write_plan(plan, text)
+    except OSError as exc:  # --out read-only, full, or a file
+        print(f"p2pfl.study: error: cannot write the study folder {folder.path} "
+              f"({exc.strerror or type(exc).__name__}); give a writable --out", file=sys.stderr)
+        return 2
     if not todo:
         if plan.tune is not None:  # the finished runs must still be of the values the study gives them
             try:

@@ -31,7 +31,7 @@ import yaml
 from p2pfl.records import is_failed
 from p2pfl.runtime.files import loads, write_atomic
 from p2pfl.runtime.preemption import PREEMPTED_EXIT
-from p2pfl.study.plan import Plan
+from p2pfl.study.plan import Plan, StudyError
 
 STATES = ("done", "running", "failed", "preempted", "pending")
 
@@ -97,7 +97,16 @@ class StudyFolder:
             write_atomic(self.config(point.name), yaml.safe_dump(point.options, sort_keys=False))
 
     def plan(self) -> dict[str, Any]:
-        return json.loads((self.path / "plan.json").read_text())
+        """plan.json as written by write_plan; StudyError (one line) when it cannot be read as one."""
+        path = self.path / "plan.json"
+        try:
+            plan = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise StudyError(f"{path}: unreadable ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
+                             "rewrite it from the study file: python -m p2pfl.study STUDY.yaml") from None
+        if not isinstance(plan, dict):
+            raise StudyError(f"{path}: does not hold a study's plan (a JSON object)")
+        return plan
 
     def rc(self, name: str) -> int | None:
         try:

@@ -298,6 +298,11 @@ def _tuning(spec: TuneSpec, order: list[str], points: list[Point]
                              "belongs on one of the tune.per axes)")
         context = tuple((a, lab) for a, lab in p.axes.items() if a != SEED and a not in per)
         templates.setdefault(arm, {}).setdefault(context, p)
+    counted = sum(math.prod(len(v) for v in grid.values()) * len(templates[arm]) * len(spec.seeds)
+                  for arm, grid in arms.items() if grid)
+    if counted + len(points) > MAX_POINTS:  # counted as a product first: a 10^10 grid is never listed
+        raise StudyError(f"{counted + len(points)} points with the tuning points: a study may have at most "
+                         f"{MAX_POINTS} (a smaller tune grid, fewer tune.seeds or arms)")
     tuning: list[tuple[Point, TuningRun]] = []
     for arm, grid in arms.items():
         if not grid:
@@ -317,9 +322,6 @@ def _tuning(spec: TuneSpec, order: list[str], points: list[Point]
     if len(set(names)) != len(names):
         twice = next(n for n in names if names.count(n) > 1)
         raise StudyError(f"two tuning points get the name {shown(twice)}: give the axes' values distinct labels")
-    if len(tuning) + len(points) > MAX_POINTS:
-        raise StudyError(f"{len(tuning) + len(points)} points with the tuning points: a study may have at most "
-                         f"{MAX_POINTS}")
     return arms, tuning
 
 
