@@ -161,9 +161,10 @@ def test_malformed_sent140_refused_in_one_line(tmp_path: Path) -> None:
                                                      "entry is its text (Sent140's format), got a list ending in int; "
                                                      "its x is in none of LEAF's formats", model="char-lstm")
     _refused(folder("empty", [], 1), "got an empty list", model="char-lstm")
-    _refused(folder("negative", _record("u", "hi"), -1), "sample 1: y must be a class, an integer >= 0 (Sent140: 0 "
-                                                         "negative, 1 positive), got -1", model="char-lstm")
-    _refused(folder("bool", _record("u", "hi"), True), "y must be a class, an integer >= 0", model="char-lstm")
+    _refused(folder("negative", _record("u", "hi"), -1), "sample 1: y must be a class, an integer in [0, 100000) "
+                                                         "(Sent140: 0 negative, 1 positive), got -1", model="char-lstm")
+    _refused(folder("bool", _record("u", "hi"), True), "y must be a class, an integer in [0, 100000)",
+             model="char-lstm")
     _refused(folder("pixels", [0.5] * 784, 1), "got a list ending in float; it is in FEMNIST's format (x 784 pixel "
                                                "values): read it with --dataset femnist:PATH", model="char-lstm")
     _refused(folder("string", "to be", 1), "got a str; it is in Shakespeare's format (x a string): read it with "
@@ -173,7 +174,7 @@ def test_malformed_sent140_refused_in_one_line(tmp_path: Path) -> None:
     _write(shakespeare / "test" / "d.json", _tweets(TEST))
     _refused(f"leaf:{shakespeare}", "x must be a string and y one character (Shakespeare's format), got list and 1; "
                                     "it is in Sent140's format", model="char-lstm")
-    with pytest.raises(ConfigError, match=r"^--max-length: must be >= 2"):
+    with pytest.raises(ConfigError, match=r"^--max-length: must lie in \[2, 100000\]"):
         make_config(algorithm="fedavg", model="char-lstm", dataset=f"sent140:{shakespeare}", max_length=1)
 
 

@@ -6,11 +6,14 @@ anything else is refused before it is called. What was read must then have a CIF
 """
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from p2pfl.runtime.limits import check_bytes, human
 
 try:
     from numpy._core import multiarray, numeric
@@ -53,7 +56,13 @@ class _Restricted(pickle.Unpickler):
 
 def read_pickle(path: Path) -> Any:
     """What the pickle at `path` holds, read as CIFAR's were written (latin1 strings), calling nothing but numpy's
-    constructors; DataFileRefused naming the file when it names any other function or cannot be read."""
+    constructors; DataFileRefused naming the file when it names any other function or cannot be read, ValueError
+    when it is larger than the memory budget (what it holds takes about its size)."""
+    try:
+        size = os.stat(path).st_size
+    except OSError as exc:
+        raise DataFileRefused(f"{path}: not a readable CIFAR pickle ({type(exc).__name__})") from None
+    check_bytes(f"{path}: a pickle of {human(size)}", size)
     try:
         with open(path, "rb") as f:
             return _Restricted(f, encoding="latin1").load()

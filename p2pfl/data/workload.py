@@ -13,6 +13,11 @@ from p2pfl.data.partition import random_subset, rotate_images, rotation_groups
 from p2pfl.data.partitions import class_counts, partition
 from p2pfl.data.partitions import record as partition_record
 from p2pfl.data.validation import carve
+from p2pfl.runtime.limits import check_bytes
+
+#: The bytes an entry of the peers × classes table of sample counts takes: int64, then a slot of the list that
+#: manifest.json's class_counts is written from (its counts are small integers, which Python shares).
+COUNT_BYTES = 8 + 8
 
 
 @dataclass
@@ -80,6 +85,8 @@ def load_workload(cfg: Any, n_peers: int, world: Any) -> Workload:
         dataset.y_train = dataset.y_train[keep]
         if dataset.groups is not None:
             dataset.groups = dataset.groups[keep]
+    check_bytes(f"--peers {n_peers} × {dataset.num_classes} classes of --dataset {cfg.dataset}: the table of each "
+                "peer's samples per class", n_peers * dataset.num_classes * COUNT_BYTES)
     held = {"scored_on": "test"} if not cfg.validation else carve(dataset, cfg.validation, cfg.seed)
     labels = dataset.y_train.numpy()
     users = None if dataset.groups is None else dataset.groups.numpy()

@@ -19,6 +19,7 @@ as slow take `factor` times longer. Every rank builds the same model.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +27,15 @@ from typing import Any
 
 import numpy as np
 
+from p2pfl.runtime.limits import array_bytes, check_bytes, check_file_size, human, npy_header
 from p2pfl.seeding import numpy_rng
 
 Link = tuple[int, int]  # (sender, receiver)
+#: The most bytes a trace's text may take per number it must hold: a float64 written in full is 24 characters
+#: ("-1.2345678901234567e-100"); the rest leaves room for spaces, quotes and a comment a line.
+TEXT_BYTES = 64
+#: And besides its numbers: a header of comments.
+TEXT_SLACK = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,7 @@ def compute_times(n_peers: int, seed: int, seconds: float, spread: float = 0.0, 
     """c_i per peer: the trace's (one number per peer, in peer order: a CSV or text column), or `seconds` with a
     log-normal spread σ = `spread` (median `seconds`); the `slow` peers' times multiplied by `factor`."""
     if trace is not None:
+        _text_fits("--compute-trace", trace, n_peers)
         values = _numbers("--compute-trace", trace, lambda: np.loadtxt(
             trace, delimiter="," if str(trace).endswith(".csv") else None, ndmin=1, dtype=float)).reshape(-1)
         if len(values) != n_peers:
@@ -131,10 +139,16 @@ def compute_times(n_peers: int, seed: int, seconds: float, spread: float = 0.0, 
 
 
 def latencies(n_peers: int, seconds: float = 0.0, matrix: str | Path | None = None) -> np.ndarray:
-    """a_ij: one constant for every link, or a K × K matrix file (.npy, or CSV / whitespace text)."""
+    """a_ij: one constant for every link, or a K × K matrix file (.npy, its header checked before it is loaded; or
+    CSV / whitespace text, at most TEXT_BYTES a number)."""
     if matrix is None:
         return np.full((n_peers, n_peers), float(seconds))
     path = Path(matrix)
+    check_bytes(f"--latency-matrix {matrix}: a {n_peers} × {n_peers} matrix of float64", n_peers * n_peers * 8)
+    if path.suffix == ".npy":
+        _npy_fits("--latency-matrix", path, (n_peers, n_peers))
+    else:
+        _text_fits("--latency-matrix", path, n_peers * n_peers)
     values = _numbers("--latency-matrix", matrix, lambda: np.load(path) if path.suffix == ".npy" else np.loadtxt(
         path, delimiter="," if path.suffix == ".csv" else None, ndmin=2, dtype=float))
     if values.shape != (n_peers, n_peers):
@@ -142,6 +156,35 @@ def latencies(n_peers: int, seconds: float = 0.0, matrix: str | Path | None = No
     if not (np.isfinite(values) & (values >= 0)).all():
         raise ValueError(f"--latency-matrix {matrix}: every latency must be a finite number of seconds >= 0")
     return values.astype(float)
+
+
+def _text_fits(option: str, path: str | Path, count: int) -> None:
+    """Refuse, before np.loadtxt reads it, a text file of `count` numbers larger than TEXT_BYTES a number and
+    TEXT_SLACK (a header's comments); a file that cannot be read is left to `_numbers` to name."""
+    try:
+        check_file_size(f"{option} {path}", path, count * TEXT_BYTES + TEXT_SLACK,
+                        f"for {count} numbers ({TEXT_BYTES} bytes a number, {human(TEXT_SLACK)} of comments)")
+    except OSError:
+        pass
+
+
+def _npy_fits(option: str, path: Path, shape: tuple[int, ...]) -> None:
+    """Refuse, from its header and before np.load allocates what the header says, an .npy file whose array is not
+    of `shape`, not of numbers, or larger than the file; a file that cannot be read, or has no .npy header, is left
+    to `_numbers`."""
+    try:
+        with open(path, "rb") as f:
+            declared, dtype = npy_header(f)
+            data = os.fstat(f.fileno()).st_size - f.tell()
+    except (OSError, ValueError):  # no .npy header: np.load says so
+        return
+    if declared != shape:
+        raise ValueError(f"{option} {path}: shape {declared} by its header, need {shape}")
+    if dtype.kind not in "biuf":
+        raise ValueError(f"{option} {path}: holds {dtype} values, not numbers")
+    if array_bytes(declared, dtype) > data:
+        raise ValueError(f"{option} {path}: its header declares {human(array_bytes(declared, dtype))} of {dtype}, "
+                         f"the file holds {human(data)}")
 
 
 def _numbers(option: str, path: str | Path, read: Callable[[], np.ndarray]) -> np.ndarray:

@@ -22,7 +22,7 @@ import torch
 
 from p2pfl.capabilities import FEATURES, SEQUENCE_LABELS, TOKENS
 from p2pfl.data.augment import ImageTransform
-from p2pfl.data.datasets._base import DATASETS, STAND_IN, Arrays, Dataset, ImageDataset
+from p2pfl.data.datasets._base import DATASETS, MAX_CLASSES, STAND_IN, Arrays, Dataset, ImageDataset
 from p2pfl.data.datasets._files import CIFAR10_CLASSES, DatasetNotFound, data_root
 from p2pfl.registry import options_of
 
@@ -117,6 +117,9 @@ def assemble(name: str, arrays: Arrays, features: bool = False, tokens: bool = F
                                                                                     len(x_test), fail)
     top = int(max(y_train.max(initial=0), y_test.max(initial=0)))
     num_classes = top + 1 if arrays.num_classes is None else int(arrays.num_classes)
+    if num_classes > MAX_CLASSES:
+        raise fail(f"{num_classes} classes (labels reach {top}), over the limit of {MAX_CLASSES}: number the "
+                   f"{len(np.union1d(y_train, y_test))} distinct labels 0, 1, ...")
     low = int(min(y_train.min(initial=0), y_test.min(initial=0)))
     if low < 0 or top >= num_classes or num_classes < 1:
         raise fail(f"labels must lie in [0, {num_classes}), found [{low}, {top}]")

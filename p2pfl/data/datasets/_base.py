@@ -23,6 +23,11 @@ from p2pfl.registry import Component, Registry
 
 DATASETS: Registry[type[Dataset]] = Registry("dataset", option="dataset", package="p2pfl.data.datasets")
 
+#: The most classes a dataset may have. Classes are counted from the labels (the largest plus one), and a run builds
+#: a name for each, a model's output of that width and a peers × classes table of counts: one stray label of 2**40
+#: would be terabytes. 100 000 is over four times ImageNet-21k's 21 841 classes, the most of any common benchmark.
+MAX_CLASSES = 100_000
+
 
 @dataclass
 class ImageDataset:

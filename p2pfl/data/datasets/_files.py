@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import gzip
 import io
+import math
 import os
 import tempfile
-import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -22,6 +23,8 @@ import numpy as np
 
 from p2pfl.data.cifar_pickle import read_batch, read_names
 from p2pfl.data.datasets._base import Arrays, Dataset
+from p2pfl.runtime.failure import INPUT_FAULTS, input_fault_line
+from p2pfl.runtime.limits import ZIP_FAULTS, check_bytes, load_npz
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
@@ -98,7 +101,8 @@ class FileDataset(Dataset):
                 raise self.not_found()
             self.download()
         elif found[0] == "jpeg-npz":
-            prepare_jpeg(found[1], self.root)
+            with self.reading(found[1]):
+                prepare_jpeg(found[1], self.root)
 
     def load(self) -> Arrays:
         found = self.find()
@@ -109,7 +113,8 @@ class FileDataset(Dataset):
             found = self.find()
             if found is None:
                 raise self.not_found()
-        arrays = read(found[0], found[1], self.root)
+        with self.reading(found[1]):
+            arrays = read(found[0], found[1], self.root)
         classes = arrays.get("classes")
         if not classes:
             classes = self.default_classes or tuple(map(str, range(self.num_classes)))
@@ -120,6 +125,19 @@ class FileDataset(Dataset):
         return Arrays(x_train=arrays["x_train"], y_train=arrays["y_train"], x_test=arrays["x_test"],
                       y_test=arrays["y_test"], num_classes=self.num_classes, classes=tuple(classes), mean=mean,
                       std=std, extra={"source": str(found[1])})
+
+    @contextmanager
+    def reading(self, path: Path) -> Iterator[None]:
+        """Within the block, what a damaged or hostile file makes a reader raise (a gzip or zip stream cut short, a
+        decoder's error, numpy's words on an array of another shape) is one line naming the dataset and the file."""
+        try:
+            yield
+        except (*INPUT_FAULTS, *ZIP_FAULTS) as exc:
+            if isinstance(exc, ValueError) and str(path) in str(exc):  # one line naming the file already
+                if type(exc) is not ValueError:
+                    raise  # DataFileRefused, as it is
+                raise ValueError(f"--dataset {self.name}: {exc}") from exc
+            raise ValueError(input_fault_line(f"--dataset {self.name}: {path}", exc)) from exc
 
     def download(self) -> None:
         import torchvision
@@ -164,16 +182,22 @@ def _present(form: str, path: Path) -> bool:
 # --------------------------------------------------------------------------------------------------- readers
 
 def _read_idx(path: Path) -> np.ndarray:
+    """An idx file of unsigned bytes (gzipped or not), its size checked from its header before its data is read (a
+    gzip stream may expand without bound)."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as f:
-        raw = f.read()
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
-        raise ValueError(f"{path} is not an idx file of unsigned bytes")
-    ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * k: 8 + 4 * k], "big") for k in range(ndim)]
-    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
-    if data.size != int(np.prod(dims)):
-        raise ValueError(f"{path}: header says {dims} but holds {data.size} bytes")
+        head = f.read(4)
+        if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] != 0x08:
+            raise ValueError(f"{path} is not an idx file of unsigned bytes")
+        raw = f.read(4 * head[3])
+        if len(raw) != 4 * head[3]:
+            raise ValueError(f"{path}: its idx header is cut short")
+        dims = [int.from_bytes(raw[4 * k: 4 + 4 * k], "big") for k in range(head[3])]
+        size = math.prod(dims)
+        check_bytes(f"{path}: its header's shape {dims}", size)
+        data = np.frombuffer(f.read(size + 1), dtype=np.uint8)  # one byte more: a longer file is refused
+    if data.size != size:
+        raise ValueError(f"{path}: header says {dims} but holds {data.size if data.size <= size else 'more'} bytes")
     return data.reshape(dims).copy()  # writable, so torch can own it
 
 
@@ -204,14 +228,16 @@ def _load_cifar_pickles(folder: Path, hundred: bool) -> dict[str, np.ndarray]:
 
 
 def _load_npz(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as z:
-        missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in z.files]
-        if missing:
-            raise ValueError(f"{path} lacks arrays {missing}; expected uint8 x_train/x_test (NHWC) and labels")
-        out = {k: z[k] for k in ("x_train", "y_train", "x_test", "y_test")}
-        out["classes"] = tuple(str(c) for c in z["classes"]) if "classes" in z.files else None
+    read = load_npz(path, str(path), ("x_train", "y_train", "x_test", "y_test", "classes"))
+    missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in read]
+    if missing:
+        raise ValueError(f"{path} lacks arrays {missing}; expected uint8 x_train/x_test (NHWC) and labels")
+    out = {k: read[k] for k in ("x_train", "y_train", "x_test", "y_test")}
+    out["classes"] = tuple(str(c) for c in read["classes"]) if "classes" in read else None
     for k in ("x_train", "x_test"):
         x = out[k]
+        if x.ndim not in (3, 4):
+            raise ValueError(f"{path}: {k} must be images N×H×W or N×H×W×C, got shape {x.shape}")
         if x.dtype != np.uint8:
             raise ValueError(f"{path}: {k} must be uint8, found {x.dtype}")
         out[k] = x[:, None] if x.ndim == 3 else np.transpose(x, (0, 3, 1, 2))  # NHW(C) -> NCHW
@@ -223,15 +249,16 @@ def _decode_jpeg_npz(path: Path) -> dict[str, np.ndarray]:
     from PIL import Image
 
     out: dict = {}
-    with np.load(path, allow_pickle=False) as z:
-        for split in ("train", "test"):
-            data, offs = z[f"{split}_bytes"], z[f"{split}_offsets"]
-            x = np.empty((len(offs) - 1, 32, 32, 3), dtype=np.uint8)
-            for k in range(len(offs) - 1):  # JPEG decoding has no batched form; done once, then cached
-                x[k] = np.asarray(Image.open(io.BytesIO(data[offs[k]:offs[k + 1]].tobytes())).convert("RGB"))
-            out[f"x_{split}"] = x
-            out[f"y_{split}"] = np.asarray(z[f"{split}_labels"])
-        out["classes"] = np.asarray(z["classes"]) if "classes" in z.files else np.asarray(CIFAR10_CLASSES)
+    z = load_npz(path, str(path))
+    for split in ("train", "test"):
+        data, offs = z[f"{split}_bytes"], z[f"{split}_offsets"]
+        check_bytes(f"{path}: {len(offs) - 1} {split} images of 32×32×3", (len(offs) - 1) * 32 * 32 * 3)
+        x = np.empty((len(offs) - 1, 32, 32, 3), dtype=np.uint8)
+        for k in range(len(offs) - 1):  # JPEG decoding has no batched form; done once, then cached
+            x[k] = np.asarray(Image.open(io.BytesIO(data[offs[k]:offs[k + 1]].tobytes())).convert("RGB"))
+        out[f"x_{split}"] = x
+        out[f"y_{split}"] = np.asarray(z[f"{split}_labels"])
+    out["classes"] = np.asarray(z["classes"]) if "classes" in z else np.asarray(CIFAR10_CLASSES)
     return out
 
 
@@ -278,12 +305,11 @@ def cached(folder: str, name: str, key: str, make: Callable[[], Any], root: Path
         if not path.is_file():
             continue
         try:
-            with np.load(path, allow_pickle=False) as z:
-                read = {k: z[k] for k in z.files}
+            read = load_npz(path, "its arrays")
             if str(read.pop(CACHE_KEY, "")) != key:
                 raise ValueError("it holds another key")
             return decode(read)
-        except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as e:
+        except (OSError, EOFError, ValueError, KeyError, TypeError, *ZIP_FAULTS) as e:
             reason = " ".join(str(e).split())[:200]
             print(f"p2pfl: warning: {what}: ignored the cache {path}, unreadable ({type(e).__name__}: {reason}); "
                   "it is made again", flush=True)

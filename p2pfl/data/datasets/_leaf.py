@@ -12,7 +12,9 @@ tweet's record, its text last; y its sentiment). A reader given another format's
 it; a sample of none of them is refused, naming the file, the user and the sample.
 
 The files are parsed once into the data root's cache (p2pfl.data.datasets._own.CachedFiles: one rank per node
-parses, every rank reads the arrays; keyed by the JSON files' bytes, the options and the readers' code).
+parses, every rank reads the arrays; keyed by the JSON files' bytes, the options and the readers' code). Files whose
+parse would take more than the memory budget (JSON_BYTES a byte) are refused before they are read; a document
+nested too deeply, or holding a number no int64 holds, is one line naming the file.
 """
 from __future__ import annotations
 
@@ -27,12 +29,24 @@ import torch
 
 from p2pfl.data.datasets._base import DATASETS
 from p2pfl.data.datasets._own import CachedFiles
+from p2pfl.runtime.limits import check_bytes, human
 
 #: The formats a sample's x tells apart (`layout_of`), as messages name them.
 LAYOUTS = {"shakespeare": "Shakespeare's format (x a string)",
            "femnist": "FEMNIST's format (x 784 pixel values)",
            "sent140": "Sent140's format (x a tweet's record, its text last)"}
 PIXELS = 28 * 28
+#: The bytes parsing takes per byte of LEAF's JSON: the document's Python objects and what a format makes of them
+#: (measured: about 4 for FEMNIST's pixel lists, 11 for Sent140's records, 15 for Shakespeare's characters, each
+#: one an int64 id once read through a Python list). The files are refused before reading past the memory budget.
+JSON_BYTES = 16
+
+
+def shown(value: Any) -> str:
+    """A sample's value as a message quotes it: its repr, cut to 20 characters with "..." (a label of 10**30 is not
+    shown as 10**19)."""
+    text = repr(value)
+    return text if len(text) <= 20 else text[:17] + "..."
 
 
 def layout_of(x: Any) -> str | None:
@@ -89,6 +103,9 @@ class LeafFiles(CachedFiles):
     def samples(self) -> tuple[Samples, Samples]:
         """The train and test samples: train/ and test/ of a folder, or one file's split by --test-split."""
         path = self.located()
+        size = sum(f.stat().st_size for f in self.sources())
+        check_bytes(f"{self.where}: {human(size)} of JSON, parsed into about {JSON_BYTES} times as much",
+                    size * JSON_BYTES)
         if path.is_dir():
             if self.options.test_split is not None:
                 raise self.fail("holds a test set of its own; leave --test-split unset")
@@ -142,8 +159,11 @@ class LeafFiles(CachedFiles):
         where = file.name if file != self.located() else "it"
         try:
             data = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise self.fail(f"{where}: is not readable JSON ({type(e).__name__}: {' '.join(str(e).split())})") from None
+        except RecursionError:
+            raise self.fail(f"{where}: is not readable JSON (nested too deeply)") from None
+        except (OSError, ValueError) as e:  # JSONDecodeError, UnicodeDecodeError; an integer of over 4300 digits
+            raise self.fail(f"{where}: is not readable JSON ({type(e).__name__}: "
+                            f"{' '.join(str(e).split())[:200]})") from None
         if not isinstance(data, dict) or not isinstance(data.get("users"), list) or not isinstance(
                 data.get("user_data"), dict):
             raise self.fail(f"{where}: is not LEAF's JSON (an object with a 'users' list and a 'user_data' object)")
@@ -152,6 +172,8 @@ class LeafFiles(CachedFiles):
             raise self.fail(f"{where}: 'num_samples' must give one count per user ({len(data['users'])})")
         out = Samples([], [], [])
         for k, user in enumerate(data["users"]):
+            if not isinstance(user, str):
+                raise self.fail(f"{where}: 'users' must list names (strings), entry {k} is {type(user).__name__}")
             record = data["user_data"].get(user)
             if not isinstance(record, dict) or not isinstance(record.get("x"), list) or not isinstance(
                     record.get("y"), list):

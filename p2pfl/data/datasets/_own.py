@@ -11,7 +11,9 @@ Images arrive as numpy arrays N×H×W (grey), N×H×W×C or N×C×H×W, uint8 or
 apart by squareness: N×C×H×W when axes 2 and 3 are equal and axis 1 has 1, 3 or 4 entries, else N×H×W×C when
 axes 1 and 2 are equal and axis 3 has 1, 3 or 4 entries (only 1×1, 3×3 or 4×4 images could be read both ways;
 they are read as N×C×H×W). Labels are integers >= 0; the classes are counted from them (the largest label plus
-one) unless the file names them. Every error is one line naming the dataset's file and what is wrong.
+one) unless the file names them, at most MAX_CLASSES (p2pfl.data.datasets._base). Images resized to --image-size
+(at most MAX_IMAGE_SIZE) are checked against the memory budget (p2pfl.runtime.limits) before they are decoded.
+Every error is one line naming the dataset's file and what is wrong, whatever a hostile file makes a parser raise.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import importlib.metadata
 import inspect
 import json
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,12 +33,19 @@ import torch
 
 from p2pfl.capabilities import FEATURES, SEQUENCE_LABELS, TOKENS
 from p2pfl.data.augment import ImageTransform
-from p2pfl.data.datasets._base import Arrays, Dataset
+from p2pfl.data.datasets._base import MAX_CLASSES, Arrays, Dataset
 from p2pfl.data.datasets._files import cached
 from p2pfl.options import Check, method_options, opt
+from p2pfl.runtime.failure import reading
+from p2pfl.runtime.limits import check_bytes
 from topologies.streams import MAX_SEED, SHARED, numpy_rng
 
 CHANNELS = (1, 3, 4)
+#: --image-size's bound: 1024² is past every image model here (they are built for 32 to 224 pixels), and already
+#: 3 MiB an RGB image, so a 100 000-image folder takes 300 GiB.
+MAX_IMAGE_SIZE = 1024
+#: --max-length's bound: a tweet is at most 280 characters; a text padded to 100 000 takes 800 kB (int64 ids).
+MAX_LENGTH = 100_000
 
 
 @method_options("dataset: npz, folder, csv, leaf, femnist, sent140")
@@ -47,15 +57,17 @@ class OwnFilesOptions:
                                          "to test (drawn by --split-seed)", section="data", bounds="(0, 1)")
     split_seed: int = opt(0, "seed of --test-split's draw (fixed by default: the same test samples for every --seed, "
                              "as a file's own test set is)", section="data", bounds=f"[0, {MAX_SEED}]")
-    image_size: int = opt(32, "folder:/hf: the side every image is resized to (square)", section="data",
-                          bounds=">= 4 pixels")
+    image_size: int = opt(32, "folder:/hf: the side every image is resized to (square); at most 1024: N images take "
+                              "3·N·side² bytes (1024: 3 MiB each), and no model here is built for larger",
+                          section="data", bounds=f"[4, {MAX_IMAGE_SIZE}] pixels")
     label_column: str | None = opt(None, "csv: the column holding the labels (default: the last)", section="data")
     natural_column: str | None = opt(None, "csv: the column whose values are the rows' natural groups (a writer, a "
                                            "hospital) for --partition natural; it is no feature", section="data")
     impute: str = opt("none", "csv: a missing feature value is refused (none) or takes the training rows' mean, a "
                               "missing category no one-hot entry (mean)", ("none", "mean"), section="data")
-    max_length: int = opt(80, "sent140: the characters of a text kept: a longer one is cut, a shorter one padded",
-                          section="data", bounds=">= 2")
+    max_length: int = opt(80, "sent140: the characters of a text kept: a longer one is cut, a shorter one padded; at "
+                              "most 100000: every text takes 8·max_length bytes padded, and a tweet has 280",
+                          section="data", bounds=f"[2, {MAX_LENGTH}]")
     flip: bool = opt(True, "npz:/folder:/hf: mirror training images as photographs are (the supervised crop's flip, "
                            "SimCLR's and MAE's); --no-flip for text, digits, anything whose mirror image is another "
                            "class (femnist: never mirrored)", section="data")
@@ -132,9 +144,25 @@ class OwnFiles(Dataset):
                 h.update(f"{st.st_size}:{st.st_mtime_ns};".encode())
         return h.hexdigest()
 
+    @property
+    def where(self) -> str:
+        """The dataset and its file, as messages name them: ``--dataset NAME:PATH``."""
+        return f"--dataset {self.name}:{self.argument}"
+
     def fail(self, message: str) -> ValueError:
         """The one-line error naming the dataset's file."""
-        return ValueError(f"--dataset {self.name}:{self.argument}: {message}")
+        return ValueError(f"{self.where}: {message}")
+
+    def reading(self) -> AbstractContextManager[None]:
+        """Within the block, what a damaged or hostile file makes a parser raise (p2pfl.runtime.failure.INPUT_FAULTS:
+        a RecursionError of a JSON document nested too deeply, an OverflowError of a number past int64, ...) is one
+        line naming the dataset's file."""
+        return reading(self.where)
+
+    def check_images(self, n: int, channels: int, size: int) -> None:
+        """Refuse, before they are decoded, `n` images of `channels` × `size`² bytes past the memory budget."""
+        check_bytes(f"{self.where}: {n} images of {channels}×{size}×{size} pixels "
+                    f"(--image-size {size})", n * channels * size * size)
 
     def arrays(self, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray | None,
                y_test: np.ndarray | None, classes: tuple[str, ...] | None = None) -> Arrays:
@@ -198,6 +226,11 @@ class OwnFiles(Dataset):
             raise self.fail(f"{what} must hold one label per image ({n}), got shape {y.shape}")
         if y.min() < 0:
             raise self.fail(f"{what} holds negative labels ({int(y.min())})")
+        if y.max() >= MAX_CLASSES:
+            distinct = len(np.unique(y))
+            raise self.fail(f"{what} holds a label of {int(y.max())}: the classes are counted as the largest label "
+                            f"+ 1, over the limit of {MAX_CLASSES} classes; it holds {distinct} distinct labels: "
+                            f"renumber them 0..{distinct - 1}")
         return y.astype(np.int64)
 
     def split(self, x: torch.Tensor, y: np.ndarray, fraction: float
@@ -235,12 +268,13 @@ class CachedFiles(OwnFiles):
 
     def load(self) -> Arrays:
         options = {k: v for k, v in dataclasses.asdict(self.options).items() if k not in self.unkeyed}
-        try:
-            key = self.cache_key(self.sources(), options)
-        except OSError:  # a file that cannot be read: parse says which, in its words
-            return self.parse()
-        return cached("parsed", self.name, key, self.parse, self.root, f"--dataset {self.name}:{self.argument}",
-                      encode=packed, decode=unpacked)
+        with self.reading():
+            try:
+                key = self.cache_key(self.sources(), options)
+            except OSError:  # a file that cannot be read: parse says which, in its words
+                return self.parse()
+            return cached("parsed", self.name, key, self.parse, self.root, f"--dataset {self.name}:{self.argument}",
+                          encode=packed, decode=unpacked)
 
 
 #: The arrays of an `Arrays` a cache holds; the rest of it is one JSON string, `META`.

@@ -15,7 +15,8 @@ missing category no one-hot entry. A missing label is always refused. The file h
 ``--test-split FRACTION`` holds rows out (drawn by ``--split-seed``) before any statistic is computed. The file is
 parsed once into the data root's cache (p2pfl.data.datasets._own.CachedFiles: one rank per node parses, every rank
 reads the arrays; keyed by the file's bytes and the options); the manifest records its digest, the statistics and
-the categories.
+the categories. A categorical column of more than MAX_CATEGORIES categories is refused, and so is a table whose
+rows or features would take more than the memory budget (p2pfl.runtime.limits), before they are held.
 ``--natural-column NAME`` names a column whose values are the rows' natural groups (a writer, a hospital:
 ``--partition natural`` gives each peer whole groups); it is no feature, a training row's group may not be
 missing, and the manifest records the values (``natural_groups``, numbered in the order the training rows show them).
@@ -36,11 +37,21 @@ import numpy as np
 import torch
 
 from p2pfl.capabilities import FEATURES
-from p2pfl.data.datasets._base import DATASETS, Arrays
+from p2pfl.data.datasets._base import DATASETS, MAX_CLASSES, Arrays
 from p2pfl.data.datasets._own import CachedFiles, digest
+from p2pfl.runtime.limits import check_bytes, max_bytes
 
 #: The values read as missing (compared without case and surrounding spaces).
 MISSING = frozenset({"", "na", "n/a", "nan", "null", "none", "?"})
+#: The most categories a one-hot column may have: a column of more is an identifier or free text, no feature (each
+#: category is a feature only the rows holding it train), and 10 000 already take 80 kB a row as float64.
+MAX_CATEGORIES = 10_000
+#: The bytes a feature value takes while the features are built: float64 in its column, float32 in the result.
+FEATURE_BYTES = 8 + 4
+#: The bytes a field of the file takes once read, besides its characters: its Python string and list slot, and
+#: what parsing its column makes of it (measured: 50 to 110 bytes a field for tables of short numbers, long
+#: numbers and categories).
+FIELD_BYTES = 96
 
 
 def number(text: str) -> float | None:
@@ -62,16 +73,32 @@ def standardised(a: np.ndarray, train: np.ndarray, missing: np.ndarray) -> tuple
     return ((a - mean) / (std if std > 0 else 1.0))[:, None], mean, std
 
 
-def one_hot(values: list[str], train: np.ndarray, missing: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """A categorical column one-hot encoded over its training rows' categories in sorted order, as N×K float64 (a
-    missing value, or a category no training row has, gets all zeros), and those categories."""
-    cats = sorted({values[i] for i in train if not missing[i]})
+def categories(values: list[str], train: np.ndarray, missing: np.ndarray) -> list[str]:
+    """A categorical column's categories: its training rows' values, sorted."""
+    return sorted({values[i] for i in train if not missing[i]})
+
+
+def one_hot(values: list[str], cats: list[str], missing: np.ndarray) -> np.ndarray:
+    """A categorical column one-hot encoded over `cats` (`categories`), as N×K float64 (a missing value, or a
+    category not in `cats`, gets all zeros)."""
     where = {c: k for k, c in enumerate(cats)}
     onehot = np.zeros((len(values), len(cats)), dtype=np.float64)
     for i, v in enumerate(values):
         if v in where and not missing[i]:
             onehot[i, where[v]] = 1.0
-    return onehot, cats
+    return onehot
+
+
+def check_features(what: str, column: str, width: int, rows: int, before: int) -> None:
+    """Refuse, before it is built, a feature column of `width` features (one-hot: its categories, over
+    MAX_CATEGORIES) that takes the `rows` × (`before` + `width`) features past the memory budget (ValueError
+    naming `what`, the dataset's file)."""
+    if width > MAX_CATEGORIES:
+        raise ValueError(f"{what}: column '{column}' has {width} categories, over the limit of {MAX_CATEGORIES} for a "
+                         "one-hot feature (an identifier or free text: leave it out, or encode it yourself)")
+    check_bytes(f"{what}: {rows} rows of {before + width} features (column '{column}' one-hot to {width})"
+                if width > 1 else f"{what}: {rows} rows of {before + width} features",
+                rows * (before + width) * FEATURE_BYTES)
 
 
 @DATASETS.register("csv", argument="PATH")
@@ -94,6 +121,7 @@ class Csv(CachedFiles):
         numeric: dict[str, list[float]] = {}
         categorical: dict[str, list[str]] = {}
         unseen: dict[str, int] = {}
+        width = 0  # the features of the columns built so far
         for j, name in enumerate(header):
             if j in (label, natural):
                 continue
@@ -107,6 +135,7 @@ class Csv(CachedFiles):
             numbers = [number(v) for v in values]
             is_number = np.array([n is not None for n in numbers]) & ~missing
             if is_number[~missing].all():
+                check_features(self.where, name, 1, len(rows), width)
                 a = np.array([math.nan if n is None else n for n in numbers], dtype=np.float64)
                 column, mean, std = standardised(a, train, missing)
                 columns.append(column)
@@ -117,16 +146,18 @@ class Csv(CachedFiles):
                 raise self.fail(f"column '{name}' mixes numbers and text (line {lines[at]}: '{values[at]}'); a "
                                 "feature column is all numbers (standardised) or all text (one-hot)")
             else:
-                onehot, cats = one_hot(values, train, missing)
-                columns.append(onehot)
+                cats = categories(values, train, missing)
+                check_features(self.where, name, len(cats), len(rows), width)
+                columns.append(one_hot(values, cats, missing))
                 categorical[name] = cats
                 known = set(cats)
                 new = sum(1 for i in test if not missing[i] and values[i] not in known)
                 if new:
                     unseen[name] = new
+            width += columns[-1].shape[1]
         if not columns:
             raise self.fail(f"holds no feature column besides the label column '{header[label]}'")
-        x = np.concatenate(columns, axis=1).astype(np.float32)
+        x = np.concatenate(columns, axis=1, dtype=np.float32)
         x_train, x_test = x[train], x[test]
         y_train, y_test = y[train], y[test]
         extra: dict[str, Any] = {
@@ -163,7 +194,9 @@ class Csv(CachedFiles):
         return j, np.array([order[v] for v in values], dtype=np.int64), list(order)
 
     def table(self, path: Path) -> tuple[list[str], list[list[str]], list[int]]:
-        """The header, the rows (each as long as the header) and each row's line in the file."""
+        """The header, the rows (each as long as the header) and each row's line in the file; refused as soon as
+        the rows read would take more than the memory budget (FIELD_BYTES a field besides its characters)."""
+        budget, held = max_bytes(), 0
         try:
             with open(path, newline="", encoding="utf-8-sig") as f:
                 reader = csv.reader(f)
@@ -174,6 +207,8 @@ class Csv(CachedFiles):
                         continue  # a blank line
                     if header is not None and len(row) != len(header):
                         raise self.fail(f"line {reader.line_num} has {len(row)} fields, the header {len(header)}")
+                    held += FIELD_BYTES * len(row) + sum(map(len, row))
+                    check_bytes(f"{self.where}: its rows up to line {reader.line_num}", held, budget)
                     rows.append(row)
                     lines.append(reader.line_num)
         except UnicodeDecodeError:
@@ -208,6 +243,9 @@ class Csv(CachedFiles):
             if v.lower() in MISSING:
                 raise self.fail(f"line {line}, column '{column}': missing label")
         distinct = set(values)
+        if len(distinct) > MAX_CLASSES:
+            raise self.fail(f"label column '{column}' has {len(distinct)} distinct values, over the limit of "
+                            f"{MAX_CLASSES} classes")
         try:
             names = sorted(distinct, key=int)
         except ValueError:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from p2pfl.data.datasets._base import DATASETS, Arrays
-from p2pfl.data.datasets._leaf import PIXELS, LeafFiles
+from p2pfl.data.datasets._leaf import PIXELS, LeafFiles, shown
 from p2pfl.data.datasets._own import digest
 
 #: LEAF's FEMNIST classes, in its numbering.
@@ -94,4 +94,4 @@ class Femnist(LeafFiles):
                                                 f"[{low:g}, {high:g}]")
         if not isinstance(y, int) or isinstance(y, bool) or not 0 <= y < len(CLASSES):
             raise self.wrong(where, user, i, x, f"y must be a class in [0, {len(CLASSES)}) (FEMNIST's 62), "
-                                                f"got {y!r:.20}")
+                                                f"got {shown(y)}")

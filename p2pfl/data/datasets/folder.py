@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from p2pfl.data.datasets._base import DATASETS, Arrays
+from p2pfl.data.datasets._base import DATASETS, MAX_CLASSES, Arrays
 from p2pfl.data.datasets._files import cached
 from p2pfl.data.datasets._own import OwnFiles
 
@@ -55,11 +55,12 @@ class Folder(OwnFiles):
     def cached(self) -> dict[str, np.ndarray]:
         """The decoded arrays: read from the cache, else decoded and cached (in memory if nowhere is writable). Its
         key: the files (paths, which name their labels, sizes, modification times) and the image size."""
-        classes, trees = self.listing()
-        key = self.cache_key([f for files in trees.values() for _, f in files],
-                             {"image_size": self.options.image_size}, by_content=False)
-        return cached("folders", "folder", key, lambda: self.decode(classes, trees), self.root,
-                      f"--dataset folder:{self.argument}")
+        with self.reading():
+            classes, trees = self.listing()
+            key = self.cache_key([f for files in trees.values() for _, f in files],
+                                 {"image_size": self.options.image_size}, by_content=False)
+            return cached("folders", "folder", key, lambda: self.decode(classes, trees), self.root,
+                          f"--dataset folder:{self.argument}")
 
     def listing(self) -> tuple[list[str], dict[str, list[tuple[int, Path]]]]:
         """The classes (the train tree's folders, sorted) and, per tree ("train", and "test" when PATH has both),
@@ -69,6 +70,9 @@ class Folder(OwnFiles):
             raise self.fail("no such folder")
         roots = {"train": path / "train", "test": path / "test"} if self.has_test(path) else {"train": path}
         classes = self.class_folders(roots["train"])
+        if len(classes) > MAX_CLASSES:
+            raise self.fail(f"{roots['train']} holds {len(classes)} class folders, over the limit of {MAX_CLASSES} "
+                            "classes")
         trees = {}
         for tree, root in roots.items():
             found = {c: images(root / c) for c in self.class_folders(root)}
@@ -91,6 +95,7 @@ class Folder(OwnFiles):
         """Every image decoded, resized to --image-size, as uint8 N×C×S×S; grey when all are."""
         size = self.options.image_size
         grey = all(self.image(f, None, size).mode in GREY for files in trees.values() for _, f in files)
+        self.check_images(sum(len(files) for files in trees.values()), 1 if grey else 3, size)
         out: dict[str, np.ndarray] = {"classes": np.array(classes)}
         for tree, files in trees.items():
             x = np.empty((len(files), size, size, 1 if grey else 3), dtype=np.uint8)
@@ -110,9 +115,10 @@ class Folder(OwnFiles):
                 if mode is None:
                     return im
                 return resized(im, mode, size)
-        except (OSError, ValueError, Image.DecompressionBombError) as e:
+        except Exception as e:  # noqa: BLE001 - Pillow's decoders raise many kinds on a damaged file: all its fault
             where = f.relative_to(self.located()) if f.is_relative_to(self.located()) else f
-            raise self.fail(f"{where} is not an image Pillow can read ({' '.join(str(e).split())})") from None
+            raise self.fail(f"{where} is not an image Pillow can read ({type(e).__name__}: "
+                            f"{' '.join(str(e).split())[:200]})") from None
 
 
 def images(folder: Path) -> list[Path]:

@@ -39,13 +39,18 @@ import torch
 from p2pfl.capabilities import FEATURES, TOKENS
 from p2pfl.data.datasets._base import DATASETS, Arrays
 from p2pfl.data.datasets._own import CHANNELS, CachedFiles, digest
-from p2pfl.data.datasets.csv import one_hot, standardised
+from p2pfl.data.datasets.csv import categories, check_features, one_hot, standardised
 from p2pfl.data.datasets.folder import GREY, resized
 from p2pfl.data.datasets.leaf import characters, vocabulary_record
 from p2pfl.options import Check, method_options, opt
+from p2pfl.runtime.failure import reading
+from p2pfl.runtime.limits import check_bytes
 
 #: What a run without the library is told.
 NEEDS = "needs the datasets package: pip install 'p2pfl-sim[hf]'"
+#: The bytes a character of hf-text: takes once encoded: its int64 id, and its slot in the Python list the ids are
+#: made from (p2pfl.data.datasets.leaf.characters).
+TOKEN_BYTES = 16
 
 
 @method_options("dataset: hf, hf-table, hf-text")
@@ -209,13 +214,16 @@ class Hf(HfFiles):
             (k for k, f in features.items() if isinstance(f, datasets.Image)),
             next((k for k in ("image", "img") if k in features), None)))
         label, y, names = self.label_column(tables)
-        pictures = [self.picture(v, split, i) for split, t in tables.items() for i, v in enumerate(t[image])]
+        with reading(f"{self.where}: column '{image}'"):  # an image file it names may be missing or damaged
+            decoded = {split: list(t[image]) for split, t in tables.items()}
+        pictures = [self.picture(v, split, i) for split, column in decoded.items() for i, v in enumerate(column)]
         grey = [p.mode in GREY for p in pictures]
         if len(set(grey)) > 1:
             at = grey.index(not grey[0])
             raise self.fail(f"column '{image}' mixes channel counts: row {at} has {1 if grey[at] else 3}, row 0 "
                             f"{1 if grey[0] else 3} (convert them to one mode)")
         size = self.options.image_size
+        self.check_images(len(pictures), 1 if grey[0] else 3, size)
         x = np.stack([resized(p, "L" if grey[0] else "RGB", size) for p in pictures]).transpose(0, 3, 1, 2)
         n = len(tables["train"])
         test = "test" in tables
@@ -267,6 +275,7 @@ class HfTable(HfFiles):
         if not wanted or label in wanted:
             raise self.fail(f"--hf-feature-columns must name columns besides the label column '{label}'")
         columns, numeric, categorical = [], {}, {}
+        rows, width = len(train) + len(test), 0
         for name in wanted:
             self.column(tables, name, "hf-feature-columns", lambda features: None)
             feature = tables["train"].features[name]
@@ -274,16 +283,20 @@ class HfTable(HfFiles):
             values = self.values(tables, name)
             none = np.zeros(len(values), dtype=bool)
             if kind.startswith(("int", "uint", "float", "bool")):
+                check_features(self.where, name, 1, rows, width)
                 column, mean, std = standardised(np.array(values, dtype=np.float64)[np.r_[train, test]],
                                                  np.arange(len(train)), none)
                 numeric[name] = [mean, std]
             elif kind in ("string", "large_string"):
-                column, categorical[name] = one_hot([values[i] for i in np.r_[train, test]], np.arange(len(train)),
-                                                    none)
+                ordered = [values[i] for i in np.r_[train, test]]
+                categorical[name] = categories(ordered, np.arange(len(train)), none)
+                check_features(self.where, name, len(categorical[name]), rows, width)
+                column = one_hot(ordered, categorical[name], none)
             else:
                 raise self.fail(f"feature column '{name}' holds {describe(feature)}, not numbers or strings")
             columns.append(column)
-        x = np.concatenate(columns, axis=1).astype(np.float32)
+            width += column.shape[1]
+        x = np.concatenate(columns, axis=1, dtype=np.float32)
         if not np.isfinite(x).all():
             raise self.fail("a feature column holds NaN or infinite values")
         x_train, x_test = x[:len(train)], x[len(train):]
@@ -320,6 +333,8 @@ class HfText(HfFiles):
             raise self.fail(f"texts of column '{name}' have {len(lengths)} length(s) ({shown} characters): each is "
                             "one sample, all equally long (at least 2), its last character the label, as leaf: reads "
                             "them")
+        check_bytes(f"{self.where}: {len(texts)} texts of {lengths[0]} characters as token ids",
+                    len(texts) * lengths[0] * TOKEN_BYTES)
         train, test, split = self.rows(tables)
         x_train, x_test, vocabulary = characters([texts[i] for i in train], [texts[i] for i in test])
         extra = {**self.record(tables, {"text": name}), **split, **vocabulary_record(vocabulary, x_test),

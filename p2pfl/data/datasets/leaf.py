@@ -21,7 +21,7 @@ import numpy as np
 
 from p2pfl.capabilities import TOKENS
 from p2pfl.data.datasets._base import DATASETS, Arrays
-from p2pfl.data.datasets._leaf import LeafFiles
+from p2pfl.data.datasets._leaf import LeafFiles, shown
 from p2pfl.data.datasets._own import digest
 
 UNKNOWN = "<unk>"
@@ -56,7 +56,7 @@ class Leaf(LeafFiles):
         for i, (xi, yi) in enumerate(zip(x, y)):
             if not isinstance(xi, str) or not isinstance(yi, str) or len(yi) != 1 or not xi:
                 raise self.wrong(where, user, i, xi, f"x must be a string and y one character (Shakespeare's "
-                                                     f"format), got {type(xi).__name__} and {yi!r:.20}")
+                                                     f"format), got {type(xi).__name__} and {shown(yi)}")
             texts.append(xi + yi)
         return texts, [t[-1] for t in texts]
 

@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from p2pfl.capabilities import SEQUENCE_LABELS
-from p2pfl.data.datasets._base import DATASETS, Arrays
-from p2pfl.data.datasets._leaf import LeafFiles
+from p2pfl.data.datasets._base import DATASETS, MAX_CLASSES, Arrays
+from p2pfl.data.datasets._leaf import LeafFiles, shown
 from p2pfl.data.datasets._own import digest
+from p2pfl.runtime.limits import check_bytes
 
 UNKNOWN, PADDING = "<unk>", "<pad>"
 
@@ -40,6 +41,8 @@ class Sent140(LeafFiles):
         groups, users = self.users(train)
         length = self.options.max_length
         cut = sum(len(t) > length for t in train.x + test.x)
+        check_bytes(f"{self.where}: {len(train.x) + len(test.x)} texts of --max-length {length} token ids",
+                    (len(train.x) + len(test.x)) * length * 8)
         texts, test_texts = [t[:length] for t in train.x], [t[:length] for t in test.x]
         chars = sorted(set("".join(texts)))
         vocabulary = (*chars, UNKNOWN, PADDING)
@@ -64,9 +67,9 @@ class Sent140(LeafFiles):
                     "an empty list" if isinstance(xi, list) else f"a {type(xi).__name__}")
                 raise self.wrong(where, user, i, xi, f"x must be a tweet's record, a list whose last entry is its "
                                                      f"text (Sent140's format), got {got}")
-            if not isinstance(yi, int) or isinstance(yi, bool) or yi < 0:
-                raise self.wrong(where, user, i, xi, f"y must be a class, an integer >= 0 (Sent140: 0 negative, "
-                                                     f"1 positive), got {yi!r:.20}")
+            if not isinstance(yi, int) or isinstance(yi, bool) or not 0 <= yi < MAX_CLASSES:
+                raise self.wrong(where, user, i, xi, f"y must be a class, an integer in [0, {MAX_CLASSES}) (Sent140: "
+                                                     f"0 negative, 1 positive), got {shown(yi)}")
         return [xi[-1] for xi in x], list(y)
 
     @staticmethod
