@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -82,13 +81,13 @@ def in_process(argv: list[str], timeout: float = 240, cwd: Path = ROOT, env: dic
 
     import p2pfl.run
     from p2pfl.plugin_scope import isolated
-    from p2pfl.study.worker import exit_status, fresh_point
+    from p2pfl.study.worker import exit_status, fresh_point, output_to
 
     with tempfile.TemporaryDirectory() as tmp:
         out, err = Path(tmp) / "out", Path(tmp) / "err"
         faulthandler.dump_traceback_later(timeout, exit=True)
         try:
-            with isolated(), _streams_to(out, err), fresh_point(p2pfl.run.__file__, argv):
+            with isolated(), output_to(str(out), str(err), python_streams=True), fresh_point(p2pfl.run.__file__, argv):
                 os.environ.update({"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})})
                 os.chdir(cwd)
                 rc = exit_status(argv)
@@ -96,35 +95,6 @@ def in_process(argv: list[str], timeout: float = 240, cwd: Path = ROOT, env: dic
             faulthandler.cancel_dump_traceback_later()
         return subprocess.CompletedProcess(["-m", "p2pfl.run", *argv], rc, out.read_text(errors="replace"),
                                            err.read_text(errors="replace"))
-
-
-@contextmanager
-def _streams_to(out: Path, err: Path) -> Iterator[None]:
-    """Within the block, file descriptors 1 and 2 write to `out` and `err`, and sys.stdout and sys.stderr (which
-    pytest's capture replaced) to them too, as a fresh process's would."""
-    import ctypes
-
-    saved_streams = sys.stdout, sys.stderr
-    for stream in saved_streams:
-        stream.flush()
-    saved = os.dup(1), os.dup(2)
-    files = [os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for path in (out, err)]
-    os.dup2(files[0], 1)
-    os.dup2(files[1], 2)
-    sys.stdout = open(1, "w", closefd=False, buffering=1)  # noqa: SIM115 - closed below
-    sys.stderr = open(2, "w", closefd=False, buffering=1)  # noqa: SIM115
-    try:
-        yield
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-            stream.close()
-        ctypes.CDLL(None).fflush(None)
-        sys.stdout, sys.stderr = saved_streams
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in (*saved, *files):
-            os.close(fd)
 
 
 @pytest.fixture(scope="module", autouse=True)

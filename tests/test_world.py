@@ -72,3 +72,19 @@ def test_poll_until_sleeps_with_doubling_pauses_up_to_the_cap(monkeypatch) -> No
     first, cap = world_module.POLL_FIRST_S, world_module.POLL_MAX_S
     expected = [min(first * 2 ** i, cap) for i in range(12)]
     assert pauses == expected and pauses[-1] == cap and next(polls, "spent") == "spent"
+
+
+@pytest.mark.parametrize("forced, cores, ranks, expected", [
+    (None, 2, 2, False), (None, 2, 3, True), (None, 16, 4, False), (None, None, 2, True),  # no count: one core
+    ("1", 16, 1, True), ("0", 2, 8, False), ("yes", 2, 3, True),  # other values than 0 and 1: counted
+])
+def test_oversubscribed_compares_the_node_s_ranks_with_its_cores_unless_told(
+        forced: str | None, cores: int | None, ranks: int, expected: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from p2pfl.comm import world
+
+    if forced is None:
+        monkeypatch.delenv("P2PFL_OVERSUBSCRIBED", raising=False)
+    else:
+        monkeypatch.setenv("P2PFL_OVERSUBSCRIBED", forced)
+    monkeypatch.setattr(world.os, "cpu_count", lambda: cores)
+    assert world._oversubscribed(ranks) is expected

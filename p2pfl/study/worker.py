@@ -39,28 +39,38 @@ def _fflush_c() -> None:
 
 
 @contextlib.contextmanager
-def output_to(path: str) -> Iterator[None]:
-    """Within the block, file descriptors 1 and 2 (and so sys.stdout, sys.stderr and C libraries) append to
-    `path`, as a subprocess point's output does; the worker's own afterwards."""
+def output_to(path: str, err: str | None = None, python_streams: bool = False) -> Iterator[None]:
+    """Within the block, file descriptors 1 and 2 (and so C libraries, and sys.stdout and sys.stderr where they are
+    those descriptors) append to `path` (2 to `err` when given), as a subprocess point's output does; the caller's
+    own afterwards. `python_streams`: sys.stdout and sys.stderr are replaced too, by line-buffered writers on the
+    new descriptors, for a caller whose streams are not the descriptors (pytest's capture)."""
     sys.stdout.flush()
     sys.stderr.flush()
     _fflush_c()
     from p2pfl.runtime.files import open_plain  # a worker imports p2pfl only once it runs a point
 
     saved = os.dup(1), os.dup(2)
-    log = open_plain(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    files = [open_plain(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT) for name in dict.fromkeys((path, err or path))]
+    saved_streams = sys.stdout, sys.stderr
     try:
-        os.dup2(log, 1)
-        os.dup2(log, 2)
+        os.dup2(files[0], 1)
+        os.dup2(files[-1], 2)
+        if python_streams:
+            sys.stdout = open(1, "w", closefd=False, buffering=1)  # noqa: SIM115 - closed below
+            sys.stderr = open(2, "w", closefd=False, buffering=1)  # noqa: SIM115
         yield
     finally:
         for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
             with contextlib.suppress(Exception):
                 stream.flush()
+        if python_streams:
+            for stream in (sys.stdout, sys.stderr):
+                stream.close()
+            sys.stdout, sys.stderr = saved_streams
         _fflush_c()
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
-        for fd in (*saved, log):
+        for fd in (*saved, *files):
             os.close(fd)
 
 
