@@ -2,13 +2,13 @@
 
     python -m analysis.report RUN_DIR [RUN_DIR ...] [--out report.md] [--baseline LOCAL_RUN_DIR] [--no-plots]
                               [--metrics NAME,NAME] [--transpose] [--plot-format png,pdf,svg]
-    python -m analysis.report STUDY_DIR [--out REPORT_DIR] [--no-plots] [--metric NAME]
+    python -m analysis.report STUDY_DIR [--out REPORT_DIR] [--no-plots] [--metric NAME] [--aggregate mean|iqm]
                               [--target VALUE [--direction higher|lower]] [--plot-format png,pdf,svg]
 
-A folder with a plan.json is a study (runs over a grid of options x seeds): its report (groups over seeds,
-95% confidence intervals; analysis.study) and its figures (analysis.study_plots) are written into
-STUDY_DIR/report/ unless --out says where (`write_study_report`); --target adds each group's time to reach that
-value of the metric (analysis.target).
+A folder with a plan.json is a study (runs over a grid of options x seeds): its report (groups over seeds, their
+mean or, with --aggregate iqm, interquartile mean, with an interval that says what it is: analysis.intervals;
+analysis.study) and its figures (analysis.study_plots) are written into STUDY_DIR/report/ unless --out says where
+(`write_study_report`); --target adds each group's time to reach that value of the metric (analysis.target).
 
 Draws each run's plots beside the report, into ``<report>-plots/<run>/`` (report.md: report-plots/; never into a
 run's own plots/, which stay as the run drew them), prints one markdown table with a row per run (algorithm,
@@ -35,6 +35,7 @@ from p2pfl.runtime.files import write_atomic
 from p2pfl.runtime.progress import format_bytes
 
 from .delta import Delta, delta_percent, lower_is_better
+from .intervals import AGGREGATES, MEAN
 from .metric_panels import is_bookkeeping, split_metric_name
 from .runs import Run, RunFolderError, load_run
 from .study import (
@@ -241,6 +242,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="runs only: the run table with a row per field and a column per run")
     parser.add_argument("--metric", help="study only: the metric of the figures (default: the test, kNN or probe "
                                          "accuracy the runs report)")
+    parser.add_argument("--aggregate", choices=AGGREGATES,
+                        help="study only: each group's value over its seeds, in the tables and figures: mean "
+                             "(default; from 3 seeds a Student-t 95%% CI) or iqm, the interquartile mean for many "
+                             "seeds (the mean of the middle 50%%; from 3 seeds a percentile-bootstrap 95%% CI); "
+                             "at 2 seeds either shows the min-max")
     parser.add_argument("--target", type=float, metavar="VALUE",
                         help="study only: per group, the simulated time, rounds and bytes per peer until each seed's "
                              "first evaluation with the metric at VALUE (mean and 95%% CI over the seeds that reach "
@@ -268,8 +274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if given is not None:
                 print(f"analysis.report: note: {flag} applies to run folders only", file=sys.stderr)
         return _study_main(studies[0], args.out, not args.no_plots, args.metric, args.target, args.direction,
-                           formats)
-    for given, flag in ((args.metric, "--metric"), (args.target, "--target"), (args.direction, "--direction")):
+                           formats, args.aggregate or MEAN)
+    for given, flag in ((args.metric, "--metric"), (args.target, "--target"), (args.direction, "--direction"),
+                        (args.aggregate, "--aggregate")):
         if given is not None:
             print(f"analysis.report: note: {flag} applies to study folders only", file=sys.stderr)
 
@@ -316,11 +323,12 @@ def plots_folder(report: Path) -> Path:
 
 def write_study_report(study_dir: str | os.PathLike, out: str | os.PathLike | None = None, plots: bool = True,
                        metric: str | None = None, target: float | None = None,
-                       direction: str | None = None, formats: str | Sequence[str] = "png") -> tuple[str, list[Path]]:
+                       direction: str | None = None, formats: str | Sequence[str] = "png",
+                       aggregate: str = MEAN) -> tuple[str, list[Path]]:
     """Write report.md, table.csv and (unless ``plots`` is False) the figures, in ``formats`` (png, pdf, svg),
     into ``out`` (default STUDY_DIR/report; an ``out`` ending in .md names the markdown file, the rest goes
-    beside it), with the time to ``target`` of the metric when given (analysis.target); return the markdown and
-    the files written."""
+    beside it), with the time to ``target`` of the metric when given (analysis.target), each group's value over
+    its seeds their ``aggregate`` (mean or iqm, analysis.intervals); return the markdown and the files written."""
     study = load_study(study_dir)
     if metric is not None and study.metrics and metric not in study.metrics:
         raise StudyFolderError(f"no finished run reports the metric {metric!r}; they report: "
@@ -336,13 +344,14 @@ def write_study_report(study_dir: str | os.PathLike, out: str | os.PathLike | No
         from .style import plot_formats, saved_files  # matplotlib, only when drawing
 
         with plot_formats(formats):
-            figures = plot_study(study, folder, headline_metric(study, metric))
+            figures = plot_study(study, folder, headline_metric(study, metric), aggregate)
             drawn = [file for path in figures.values() for file in saved_files(path)]
     selection = load_selection(study.path)
     sections = ([tuning_markdown(selection)] if selection is not None else []) + (
-        [target_markdown(study, goal)] if goal is not None else [])
-    text = build_study_markdown(study, figures, base=folder, sections=sections)
-    write_atomic(folder / "table.csv", study_table_csv(study, target_columns(goal) if goal is not None else ()))
+        [target_markdown(study, goal, aggregate)] if goal is not None else [])
+    text = build_study_markdown(study, figures, base=folder, sections=sections, aggregate=aggregate)
+    write_atomic(folder / "table.csv", study_table_csv(study, target_columns(goal, aggregate) if goal is not None
+                                                       else (), aggregate))
     write_atomic(md_path, text)
     return text, [md_path, folder / "table.csv", *drawn]
 
@@ -371,11 +380,11 @@ def _target(study: Study, metric: str | None, value: float | None, direction: st
 
 
 def _study_main(study_dir: str, out: str | None, plots: bool, metric: str | None, target: float | None = None,
-                direction: str | None = None, formats: Sequence[str] = ("png",)) -> int:
+                direction: str | None = None, formats: Sequence[str] = ("png",), aggregate: str = MEAN) -> int:
     """The study report: print the markdown, write report.md, table.csv and the figures."""
     return print_written("analysis.report", lambda: write_study_report(study_dir, out, plots=plots, metric=metric,
                                                                        target=target, direction=direction,
-                                                                       formats=formats))
+                                                                       formats=formats, aggregate=aggregate))
 
 
 if __name__ == "__main__":

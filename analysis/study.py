@@ -6,8 +6,10 @@ A study folder (written by p2pfl.study) holds ``plan.json`` ({"name", "axes": [a
 "axes": {axis: label}, "options"}, ...]}), one run folder per point in ``runs/NAME/`` (``summary.json`` once
 finished) and, from the local runner, ``logs/NAME.log`` and ``logs/NAME.rc`` (output and exit status).
 
-Points are grouped by every axis except ``seed``; per group and final eval metric the report gives the mean over
-the finished seeds and its 95% Student-t confidence interval, mean ± t_{0.975,n−1}·s/√n (none for n = 1). A
+Points are grouped by every axis except ``seed``; per group and final eval metric the report gives the mean (or,
+with --aggregate iqm, the interquartile mean) over the finished seeds and an interval that says what it is
+(analysis.intervals): the min–max at n = 2, a 95% confidence interval from n = 3 on, none at n = 1. A metric with
+one value in every finished run leaves the Markdown table for a note under it (table.csv keeps it). A
 group with missing, failed or unfinished points says so in every table: it is never dropped. The report goes into
 ``STUDY_DIR/report/``: ``report.md``, ``table.csv`` and the figures of ``analysis.study_plots`` (written by
 ``analysis.report.write_study_report``); with --target, each group's time to reach it (analysis.target).
@@ -32,11 +34,13 @@ from p2pfl.study.folder import StudyFolder
 from topologies.measures import N_EFF_GAMMA, Matrix, n_eff, p_worst
 from topologies.stats import second_eigenvalue_modulus, sparse_mixing_of
 
+from .intervals import MEAN, Estimate, cell, csv_cells, csv_columns, estimate, note
+from .labels import metric_range
 from .runs import Run, RunFolderError, is_number, load_run
 
 __all__ = [
-    "Group", "Interval", "Point", "Study", "StudyFolderError", "build_study_markdown", "groups_markdown",
-    "MEASURES", "headline_metric", "is_study", "load_point", "load_study", "mean_ci", "spectral_gap",
+    "Group", "Interval", "Point", "Study", "StudyFolderError", "build_study_markdown", "constant_metrics",
+    "groups_markdown", "MEASURES", "headline_metric", "is_study", "load_point", "load_study", "mean_ci", "spectral_gap",
     "study_table_csv", "t_quantile", "topology_measures",
 ]
 
@@ -193,9 +197,19 @@ class Group:
                 parts.append(f"{len(points)} {state}" + (": " + " / ".join(errors) if errors else ""))
         return "; ".join(parts)
 
+    def values(self, metric: str) -> list[float]:
+        """A final metric's values over the finished seeds that report it."""
+        return [m[metric] for m in (p.final_metrics() for p in self.done) if metric in m]
+
     def interval(self, metric: str) -> Interval | None:
-        """Mean and 95% CI of a final metric over the finished seeds (None when no finished run has it)."""
-        return mean_ci([m[metric] for m in (p.final_metrics() for p in self.done) if metric in m])
+        """Mean and 95% Student-t CI of a final metric over the finished seeds, at any n >= 2 (analysis.frontier's
+        verdicts; the report's tables use ``estimate``); None when no finished run has it."""
+        return mean_ci(self.values(metric))
+
+    def estimate(self, metric: str, aggregate: str = MEAN) -> Estimate | None:
+        """A final metric's mean (or IQM) over the finished seeds with the interval of analysis.intervals (min–max
+        at n = 2), cut to the metric's range; None when no finished run has it."""
+        return estimate(self.values(metric), aggregate, metric_range(metric))
 
     def measure(self, name: str) -> float | None:
         """Mean of a topology measure (MEASURES) over the points' manifests (one per seed: random graphs differ by
@@ -279,23 +293,23 @@ def _num(value: float | None) -> str:
 Column = tuple[str, Callable[[Group], object]]
 
 
-def study_table_csv(study: Study, columns: Sequence[Column] = ()) -> str:
+def study_table_csv(study: Study, columns: Sequence[Column] = (), aggregate: str = MEAN) -> str:
     """table.csv: one row per group: axis labels, n_done, n_expected, status, spectral_gap, p, n_eff, then per
-    metric its mean, ci_low, ci_high (empty when there is no value or, for n = 1, no interval), then ``columns``
-    (e.g. analysis.target's time to target)."""
+    metric (every one, constant or not) its mean (``_iqm`` with aggregate iqm), low, high, n and interval (the
+    Markdown cell's numbers: analysis.intervals.csv_columns; empty where there is no value, low and high also for
+    n = 1), then ``columns`` (e.g. analysis.target's time to target)."""
     metrics = study.metrics
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow([*study.group_axes, "n_done", "n_expected", "status", *MEASURES,
-                     *[f"{m}_{col}" for m in metrics for col in ("mean", "ci_low", "ci_high")],
+                     *[col for m in metrics for col in csv_columns(m, aggregate)],
                      *[name for name, _ in columns]])
     for group in study.groups:
         row = [*group.axes.values(), group.n_done, group.n_expected, group.status,
                *[_num(group.measure(m)) for m in MEASURES]]
         for metric in metrics:
-            iv = group.interval(metric)
-            row += [_num(iv.mean), _num(iv.low), _num(iv.high)] if iv else ["", "", ""]
-        writer.writerow(row + [cell(group) for _, cell in columns])
+            row += csv_cells(group.estimate(metric, aggregate))
+        writer.writerow(row + [column(group) for _, column in columns])
     return buf.getvalue()
 
 
@@ -309,6 +323,7 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def _fmt_interval(iv: Interval | None) -> str:
+    """mean ± t-interval half-width: analysis.frontier's cells (its verdicts are defined on that interval)."""
     if iv is None:
         return "–"
     if iv.half_width is None:
@@ -316,34 +331,48 @@ def _fmt_interval(iv: Interval | None) -> str:
     return f"{iv.mean:.4g} ± {iv.half_width:.2g}"
 
 
-def groups_markdown(study: Study, metrics: Sequence[str]) -> str:
-    """The groups table: axis labels, status, spectral gap, p and n_eff, then mean ± CI half-width of each metric."""
+def groups_markdown(study: Study, metrics: Sequence[str], aggregate: str = MEAN) -> str:
+    """The groups table: axis labels, status, spectral gap, p and n_eff, then each metric's mean (or IQM) with its
+    interval and n (analysis.intervals.cell)."""
     header = [*study.group_axes, "runs", "spectral gap", "p", "n_eff", *metrics]
     rows = []
     for g in study.groups:
         values = [g.measure(m) for m in MEASURES]
         rows.append([*g.axes.values(), g.status, *["–" if v is None else f"{v:.4g}" for v in values],
-                     *[_fmt_interval(g.interval(m)) for m in metrics]])
+                     *[cell(g.estimate(m, aggregate)) for m in metrics]])
     return _md_table(header, rows)
 
 
+def constant_metrics(study: Study, metrics: Sequence[str]) -> dict[str, float]:
+    """The metrics with one value in every finished run (at least two runs, each reporting it: peers_scored = 16),
+    by name: a column of them tells nothing about the groups."""
+    finals = [p.final_metrics() for p in study.points if p.state == DONE]
+    if len(finals) < 2:
+        return {}
+    return {m: finals[0][m] for m in metrics
+            if all(m in f for f in finals) and len({f[m] for f in finals}) == 1}
+
+
 def build_study_markdown(study: Study, figures: dict[str, Path] | None = None, base: Path | None = None,
-                         sections: Sequence[str] = ()) -> str:
-    """report.md: the groups table (peer min/max statistics left to table.csv), ``sections`` (markdown, e.g. the
-    time to target), the points not finished with their error lines, and the figures (linked relative to
-    ``base``, the report's folder)."""
+                         sections: Sequence[str] = (), aggregate: str = MEAN) -> str:
+    """report.md: the groups table (peer min/max statistics left to table.csv; metrics constant in every run in a
+    note under it), ``sections`` (markdown, e.g. the time to target), the points not finished with their error
+    lines, and the figures (linked relative to ``base``, the report's folder)."""
     counts = study.counts()
-    shown = [m for m in study.metrics if not m.endswith((PEER_MIN, PEER_MAX))]
+    candidates = [m for m in study.metrics if not m.endswith((PEER_MIN, PEER_MAX))]
+    constant = constant_metrics(study, candidates)
+    shown = [m for m in candidates if m not in constant]
+    constant_note = ["constant in every run: " + ", ".join(f"{m} = {v:.6g}" for m, v in constant.items()), ""] \
+        if constant else []
     parts = [f"# Study report: {study.name}", "",
              f"Study folder `{study.path}`; axes: {', '.join(study.axes)}; {len(study.points)} points: "
              + ", ".join(f"{n} {state}" for state, n in counts.items() if n) + ".", "",
-             f"Groups: every axis except `{SEED_AXIS}`. Cells: mean over the finished {study.seed_word} "
-             f"± half-width of the {CONFIDENCE:.0%} Student-t confidence interval (t_0.975,n−1·s/√n); n=1 has none. "
+             f"Groups: every axis except `{SEED_AXIS}`. {note(aggregate, study.seed_word)}. "
              "Spectral gap: 1 − |λ2(W)| of the runs' mixing matrices; p: Koloskova et al.'s 1 − ‖W − J‖₂² (for a "
              "changing network 1 − the mean contraction of a round on random X, estimated over its rounds); n_eff: "
              "Vogels et al.'s effective number of neighbours at the runs' γ (– for a non-symmetric W). Every "
-             "metric, with the interval bounds, is in table.csv.", "", groups_markdown(study, shown), "",
-             *sections]
+             "metric, with the interval bounds, is in table.csv.", "", groups_markdown(study, shown, aggregate), "",
+             *constant_note, *sections]
     not_done = [p for p in study.points if p.state != DONE]
     if not_done:
         parts += ["## Points not finished", "",

@@ -1,12 +1,13 @@
 """Figures of a study report (analysis.study), written into the report folder.
 
-Groups (points that differ only by seed) are drawn as one mark or line with its 95% Student-t interval over the
-seeds (with fewer than MIN_T_SEEDS seeds, whose t-interval is wider than anything the metric can take, their
-min–max instead, said in the legend and title), each clipped to the range the metric can take (accuracies: [0,
-1]; analysis.labels); groups that share the labels of every axis but ``topology`` form one series (one colour).
-In a study whose arms set the topology in their options (no ``topology`` axis), the measure figures mark each
-arm with its own shape instead, coloured by the other axes, arms at one measure side by side. Each figure
-function returns the written path, or None when the runs lack its data; files are replaced atomically.
+Groups (points that differ only by seed) are drawn as one mark or line, their mean (or IQM: ``aggregate``) over
+the seeds with the interval of the report's tables (analysis.intervals: from 3 seeds a 95% confidence interval
+cut to the range the metric can take, accuracies [0, 1]; at 2 seeds, whose t-interval is wider than anything the
+metric can take, their min–max), said in the legend and title in the tables' words; groups that share the
+labels of every axis but ``topology`` form one series (one colour). In a study whose arms set the topology in
+their options (no ``topology`` axis), the measure figures mark each arm with its own shape instead, coloured by
+the other axes, arms at one measure side by side. Each figure function returns the written path, or None when the
+runs lack its data; files are replaced atomically.
 """
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ from matplotlib.transforms import offset_copy
 
 from p2pfl.records import AVG, SIM_TIME, UNTRAINED
 
+from .intervals import MEAN, MIN_CI_SEEDS, MIN_MAX, Estimate, aggregate_label, ci_kind, estimate, n_words
 from .labels import axis_label, metric_label, metric_range
 from .metric_panels import BYTES, X_LABELS
 from .runs import ROUND, Run, cumulative_bytes_per_peer, is_number
-from .study import MEASURES, Group, Interval, Study, mean_ci
+from .study import MEASURES, Group, Study
 from .style import (
     BAND_ALPHA,
     PALETTE,
@@ -77,21 +79,11 @@ def _all_runs(study: Study) -> list[Run]:
     return [run for group in study.groups for run in _runs(group)]
 
 
-#: Below this many seeds a group's spread is its min–max: a t-interval over 2 seeds is ±12.7 standard errors.
-MIN_T_SEEDS = 3
-
-
-def spread(values: Iterable[float], metric: str | None = None) -> Interval | None:
-    """Mean and spread of a group's values over seeds: the 95% t-interval from MIN_T_SEEDS seeds on, the min–max
-    below (one seed: none), clipped to the metric's range (analysis.labels.metric_range); None for no values."""
-    xs = list(values)
-    iv = mean_ci(xs) if len(xs) >= MIN_T_SEEDS else None if not xs else Interval(
-        float(np.mean(xs)), len(xs), *((min(xs), max(xs)) if len(xs) > 1 else (None, None)))
-    if iv is None or iv.low is None or iv.high is None or metric is None:
-        return iv
-    low, high = metric_range(metric)
-    clip = float(np.clip(iv.low, low, high)), float(np.clip(iv.high, low, high))
-    return Interval(iv.mean, iv.n, *clip)
+def spread(values: Iterable[float], metric: str | None = None, aggregate: str = MEAN) -> Estimate | None:
+    """A group's values over seeds as the report's tables give them (analysis.intervals.estimate): mean or IQM,
+    a 95% CI from MIN_CI_SEEDS seeds on, the min–max at 2 (one seed: none), within the metric's range
+    (analysis.labels.metric_range); None for no values."""
+    return estimate(values, aggregate, metric_range(metric) if metric is not None else (None, None))
 
 
 def fewest_seeds(study: Study) -> int:
@@ -99,36 +91,45 @@ def fewest_seeds(study: Study) -> int:
     return min((g.n_done for g in study.groups if g.n_done), default=0)
 
 
-def spread_words(study: Study) -> str:
-    """What a study figure's intervals are, for its title and legend."""
-    fewest = fewest_seeds(study)
-    if fewest >= MIN_T_SEEDS:
-        return "95% CI over seeds"
-    if all(g.n_done < MIN_T_SEEDS for g in study.groups if g.n_done):
-        return f"min–max over seeds: n\u00a0=\u00a0{fewest}\u00a0<\u00a0{MIN_T_SEEDS}, no t-interval"
-    return f"95% CI over seeds; min–max where n\u00a0<\u00a0{MIN_T_SEEDS}"
+def spread_words(study: Study, aggregate: str = MEAN) -> str:
+    """What a study figure's intervals are, for its title and legend, in the words of the tables' cells
+    (analysis.intervals: "min–max", "t 95% CI", "bootstrap 95% CI") with the groups' n."""
+    ns = [g.n_done for g in study.groups]
+    ci, pairs = [n for n in ns if n >= MIN_CI_SEEDS], [n for n in ns if n == 2]
+    if ci:
+        return f"{ci_kind(aggregate)} over seeds, {n_words(ci)}" + (f"; {MIN_MAX} where n\u00a0=\u00a02"
+                                                                     if pairs else "")
+    if pairs:
+        return f"{MIN_MAX} over seeds: n\u00a0=\u00a02, no CI at n\u00a0<\u00a0{MIN_CI_SEEDS}"
+    return "one seed: no interval"
 
 
-def final_spread(group: Group, metric: str) -> Interval | None:
-    """``spread`` of a group's final metric over its finished seeds."""
-    return spread([m[metric] for m in (p.final_metrics() for p in group.done) if metric in m], metric)
+def final_spread(group: Group, metric: str, aggregate: str = MEAN) -> Estimate | None:
+    """``spread`` of a group's final metric over its finished seeds (the table's cell)."""
+    return group.estimate(metric, aggregate)
 
 
-def _band(curves: Iterable[dict[float, float]], metric: str | None = None) -> Band:
-    """Mean and spread (``spread``) over seeds at each round (of zero width where only one seed has it)."""
+def _band(curves: Iterable[dict[float, float]], metric: str | None = None, aggregate: str = MEAN) -> Band:
+    """Mean (or IQM) and spread (``spread``) over seeds at each round (of zero width where only one seed has
+    it)."""
     by_x: dict[float, list[float]] = {}
     for curve in curves:
         for x, y in curve.items():
             by_x.setdefault(x, []).append(y)
     xs = sorted(by_x)
-    ivs = [spread(by_x[x], metric) for x in xs]
-    means = [iv.mean for iv in ivs]
-    return (xs, means, [iv.low if iv.low is not None else iv.mean for iv in ivs],
-            [iv.high if iv.high is not None else iv.mean for iv in ivs])
+    ivs = [spread(by_x[x], metric, aggregate) for x in xs]
+    values = [iv.value for iv in ivs]
+    return (xs, values, [iv.low if iv.low is not None else iv.value for iv in ivs],
+            [iv.high if iv.high is not None else iv.value for iv in ivs])
 
 
-def _ci_key(study: Study) -> tuple[Patch, str]:
-    return Patch(facecolor="0.5", alpha=BAND_ALPHA, linewidth=0), f"shaded: {spread_words(study)}"
+def _ci_key(study: Study, aggregate: str = MEAN) -> tuple[Patch, str]:
+    return Patch(facecolor="0.5", alpha=BAND_ALPHA, linewidth=0), f"shaded: {spread_words(study, aggregate)}"
+
+
+def _words(study: Study, aggregate: str) -> str:
+    """'mean, t 95% CI over seeds, n = 3': a title's parenthesis."""
+    return f"{aggregate_label(aggregate)}, {spread_words(study, aggregate)}"
 
 
 def _draw_band(ax, band: Band, line_colour: str, label: str, style: str = "-", fill: bool = True) -> None:
@@ -183,33 +184,35 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 DODGE_PT = 3.0
 
 
-def _against(ax, study: Study, metric: str, measure: str, key: bool = True) -> bool:
-    """Draw each group's final metric (mean, 95% interval over seeds as error bars) against its topology measure
+def _against(ax, study: Study, metric: str, measure: str, key: bool = True, aggregate: str = MEAN) -> bool:
+    """Draw each group's final metric (mean or IQM, its interval over seeds as error bars) against its topology
+    measure
     (analysis.study.MEASURES); whether anything was drawn. With a ``topology`` axis: one line per combination of
     the other axes, each mark labelled with its topology. Where other axes set the topology (``topology_axes``):
     colour by the remaining axes, marker by the topology-setting labels, no lines, and marks that share a
     measure value set side by side; the key (legend) beside the panel, drawn where ``key``."""
     carrying = topology_axes(study)
     if TOPOLOGY_AXIS in carrying or not carrying:
-        drawn = _against_lines(ax, study, metric, measure)
+        drawn = _against_lines(ax, study, metric, measure, aggregate)
     else:
-        drawn = _against_arms(ax, study, metric, measure, carrying, key)
+        drawn = _against_arms(ax, study, metric, measure, carrying, key, aggregate)
     ax.set_xlabel(MEASURES[measure])
     ax.set_ylabel(axis_label(metric, "final "))
     ax.margins(x=0.1, y=0.08)  # room for the labels and dodged marks beside the outermost values
     return drawn
 
 
-def _against_arms(ax, study: Study, metric: str, measure: str, carrying: list[str], key: bool) -> bool:
+def _against_arms(ax, study: Study, metric: str, measure: str, carrying: list[str], key: bool,
+                  aggregate: str = MEAN) -> bool:
     """``_against`` where the ``carrying`` axes set the topology: a marker per arm, a colour per series."""
     def keys(group: Group) -> tuple[str, str]:
         return _series_key(study, group, carrying), ", ".join(group.axes[a] for a in carrying)
 
     # colours and markers from every group with the metric, so that they mean the same in every panel
-    scored = [(g, iv) for g in study.groups if (iv := final_spread(g, metric)) is not None]
+    scored = [(g, iv) for g in study.groups if (iv := final_spread(g, metric, aggregate)) is not None]
     colour_keys = list(dict.fromkeys(keys(g)[0] for g, _ in scored))
     marker_keys = list(dict.fromkeys(keys(g)[1] for g, _ in scored))
-    marks = [(x, iv.mean, _error(iv), *keys(g)) for g, iv in scored if (x := g.measure(measure)) is not None]
+    marks = [(x, iv.value, _error(iv), *keys(g)) for g, iv in scored if (x := g.measure(measure)) is not None]
     at_x: dict[float, list[int]] = {}
     for i, m in enumerate(marks):
         at_x.setdefault(m[0], []).append(i)
@@ -233,22 +236,22 @@ def _against_arms(ax, study: Study, metric: str, measure: str, carrying: list[st
     return bool(marks)
 
 
-def _error(iv: Interval) -> tuple[float, float]:
-    """An error bar's (below, above) the mean: a clipped or min–max spread need not be symmetric."""
+def _error(iv: Estimate) -> tuple[float, float]:
+    """An error bar's (below, above) the value: a cut, min–max or bootstrap interval need not be symmetric."""
     if iv.low is None or iv.high is None:
         return 0.0, 0.0
-    return max(iv.mean - iv.low, 0.0), max(iv.high - iv.mean, 0.0)
+    return max(iv.value - iv.low, 0.0), max(iv.high - iv.value, 0.0)
 
 
-def _against_lines(ax, study: Study, metric: str, measure: str) -> bool:
+def _against_lines(ax, study: Study, metric: str, measure: str, aggregate: str = MEAN) -> bool:
     """``_against`` for a study with a topology axis: one series (line) per combination of the other axes."""
     colours = _colours(study)
     series: dict[str, list[tuple[float, float, tuple[float, float], str]]] = {}
     for group in study.groups:
-        iv, x = final_spread(group, metric), group.measure(measure)
+        iv, x = final_spread(group, metric, aggregate), group.measure(measure)
         if iv is None or x is None:
             continue
-        series.setdefault(_series_key(study, group), []).append((x, iv.mean, _error(iv), _topology(group)))
+        series.setdefault(_series_key(study, group), []).append((x, iv.value, _error(iv), _topology(group)))
     for key, marks in series.items():
         marks.sort()
         xs, ys, err, names = zip(*marks)
@@ -265,7 +268,7 @@ def measured(study: Study, measure: str) -> set[float]:
 
 
 @styled
-def plot_gap(study: Study, metric: str, out_dir: Path) -> Path | None:
+def plot_gap(study: Study, metric: str, out_dir: Path, aggregate: str = MEAN) -> Path | None:
     """spectral_gap.png: the final metric of each group against its topology's spectral gap 1 − |λ2(W)|, error
     bars the spread over seeds (``spread``); one series per combination of the other axes; not drawn when every
     group has the same gap."""
@@ -273,17 +276,17 @@ def plot_gap(study: Study, metric: str, out_dir: Path) -> Path | None:
         return None  # one topology's gap: a column of marks on an axis of nothing
     fig = new_figure(6.5, 4.5)
     ax = fig.add_subplot(1, 1, 1)
-    if not _against(ax, study, metric, "spectral_gap"):
+    if not _against(ax, study, metric, "spectral_gap", aggregate=aggregate):
         return None
-    ax.set_title(wrapped(f"{study.name}: final {metric_label(metric)} ({spread_words(study)})", 6.5))
+    ax.set_title(wrapped(f"{study.name}: final {metric_label(metric)} ({_words(study, aggregate)})", 6.5))
     fig.tight_layout()
     return save(fig, out_dir / "spectral_gap.png")
 
 
 @styled
-def plot_measures(study: Study, metric: str, out_dir: Path) -> Path | None:
-    """measures.png: the final metric against the spectral gap, p and n_eff side by side (SPEC §10), mean and 95%
-    interval over seeds per group; a panel whose measure no run has (n_eff of one-way graphs) says so."""
+def plot_measures(study: Study, metric: str, out_dir: Path, aggregate: str = MEAN) -> Path | None:
+    """measures.png: the final metric against the spectral gap, p and n_eff side by side (SPEC §10), mean (or IQM)
+    and interval over seeds per group; a panel whose measure no run has (n_eff of one-way graphs) says so."""
     if all(len(measured(study, measure)) < 2 for measure in MEASURES):
         return None
     fig = new_figure(15, 4.5)
@@ -291,14 +294,16 @@ def plot_measures(study: Study, metric: str, out_dir: Path) -> Path | None:
     for i, measure in enumerate(MEASURES):
         ax = fig.add_subplot(1, len(MEASURES), i + 1)
         values = measured(study, measure)
-        here = len(values) >= 2 and _against(ax, study, metric, measure, key=i == len(MEASURES) - 1)
+        here = len(values) >= 2 and _against(ax, study, metric, measure, key=i == len(MEASURES) - 1,
+                                                 aggregate=aggregate)
         if not here:
             ax.text(0.5, 0.5, f"{measure} {next(iter(values)):.3g} for every group" if values else f"no {measure}",
                     ha="center", va="center", transform=ax.transAxes)
         drawn |= here
     if not drawn:
         return None
-    fig.suptitle(f"{study.name}: final {metric_label(metric)} against the topology measures ({spread_words(study)})")
+    fig.suptitle(f"{study.name}: final {metric_label(metric)} against the topology measures "
+                 f"({_words(study, aggregate)})")
     fig.tight_layout()
     return save(fig, out_dir / "measures.png")
 
@@ -317,7 +322,8 @@ def _share_x_from_zero(axes) -> None:
 
 @styled
 def _multi_panel(study: Study, out: Path, title: str, ylabel: str, draw, log: bool = False,
-                 empty: str = "no data", x: str = ROUND, reference: float | None = None) -> Path | None:
+                 empty: str = "no data", x: str = ROUND, reference: float | None = None,
+                 aggregate: str = MEAN) -> Path | None:
     """One panel per topology, against ``x`` (round or sim_time_s); ``draw(ax, group, colour, label)`` draws a
     group and says whether it had data; a panel without any says ``empty``; ``reference`` (the untrained model's
     value) a dashed line in every panel."""
@@ -346,7 +352,7 @@ def _multi_panel(study: Study, out: Path, title: str, ylabel: str, draw, log: bo
         ax.set_xlabel(X_LABELS[x])
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
-        legend(ax, extra=[_ci_key(study)])
+        legend(ax, extra=[_ci_key(study, aggregate)])
     if not drawn:
         return None
     _share_x_from_zero(fig.axes)
@@ -355,19 +361,19 @@ def _multi_panel(study: Study, out: Path, title: str, ylabel: str, draw, log: bo
     return save(fig, out)
 
 
-def plot_metric_rounds(study: Study, metric: str, out_dir: Path) -> Path | None:
-    """metric_rounds.png: the metric against round from the eval records, one panel per topology, mean over
-    seeds with its 95% band."""
+def plot_metric_rounds(study: Study, metric: str, out_dir: Path, aggregate: str = MEAN) -> Path | None:
+    """metric_rounds.png: the metric against round from the eval records, one panel per topology, mean (or IQM)
+    over seeds with its band."""
     def draw(ax, group: Group, colour, label: str) -> bool:
         curves = [dict(zip(*run.series(metric, source="evals"))) for run in _runs(group)]
         if not any(curves):
             return False
-        _draw_band(ax, _band((c for c in curves if c), metric), colour, label)
+        _draw_band(ax, _band((c for c in curves if c), metric, aggregate), colour, label)
         return True
 
     return _multi_panel(study, out_dir / "metric_rounds.png",
-                        f"{study.name}: {metric_label(metric)} (mean, {spread_words(study)})",
-                        axis_label(metric), draw, reference=_untrained(_all_runs(study), metric))
+                        f"{study.name}: {metric_label(metric)} ({_words(study, aggregate)})",
+                        axis_label(metric), draw, reference=_untrained(_all_runs(study), metric), aggregate=aggregate)
 
 
 def held(curve: dict[float, float], xs: Iterable[float]) -> dict[float, float]:
@@ -381,9 +387,9 @@ def held(curve: dict[float, float], xs: Iterable[float]) -> dict[float, float]:
     return out
 
 
-def plot_metric_time(study: Study, metric: str, out_dir: Path) -> Path | None:
+def plot_metric_time(study: Study, metric: str, out_dir: Path, aggregate: str = MEAN) -> Path | None:
     """metric_time.png: the metric against simulated time from the eval records (runs with the simulated clock),
-    one panel per topology, mean over seeds with its 95% band; each seed's last evaluation holds until its next
+    one panel per topology, mean (or IQM) over seeds with its band; each seed's last evaluation holds until its next
     (``held``), since seeds, and asynchronous runs' rounds, need not share evaluation times."""
     def draw(ax, group: Group, colour, label: str) -> bool:
         curves = [c for c in (dict(zip(*run.series(metric, source="evals", x=SIM_TIME))) for run in _runs(group))
@@ -391,17 +397,18 @@ def plot_metric_time(study: Study, metric: str, out_dir: Path) -> Path | None:
         if not curves:
             return False
         times = sorted({t for c in curves for t in c})
-        _draw_band(ax, _band((held(c, times) for c in curves), metric), colour, label)
+        _draw_band(ax, _band((held(c, times) for c in curves), metric, aggregate), colour, label)
         return True
 
     return _multi_panel(study, out_dir / "metric_time.png",
-                        f"{study.name}: {metric_label(metric)} against simulated time (mean, {spread_words(study)})",
-                        axis_label(metric), draw,
-                        empty="no simulated time", x=SIM_TIME, reference=_untrained(_all_runs(study), metric))
+                        f"{study.name}: {metric_label(metric)} against simulated time ({_words(study, aggregate)})",
+                        axis_label(metric), draw, empty="no simulated time", x=SIM_TIME,
+                        reference=_untrained(_all_runs(study), metric), aggregate=aggregate)
 
 
-def plot_consensus(study: Study, out_dir: Path) -> Path | None:
-    """consensus.png: consensus distance against round (log scale), mean over seeds with its band (``spread``),
+def plot_consensus(study: Study, out_dir: Path, aggregate: str = MEAN) -> Path | None:
+    """consensus.png: consensus distance against round (log scale), mean (or IQM) over seeds with its band
+    (``spread``),
     and the mean of the runs' spectral predictions c·Π σ2(W_t)² (dashed; Run.spectral_prediction). Rounds at
     which every seed is at exact consensus (0, which a log axis cannot show: the complete graph) are marked on
     the panel's bottom edge and named in the legend, not dropped as if missing."""
@@ -413,7 +420,8 @@ def plot_consensus(study: Study, out_dir: Path) -> Path | None:
         if not any(curves) and not zeros:
             return False
         if any(curves):
-            _draw_band(ax, _band((c for c in curves if c), "consensus_distance"), colour, f"{label}: measured")
+            _draw_band(ax, _band((c for c in curves if c), "consensus_distance", aggregate), colour,
+                       f"{label}: measured")
         draw_zeros(ax, zeros, colour, f"{label}: {ZERO_LABEL}")
         predicted = [dict(zip(*p)) for p in (run.spectral_prediction() for run in runs) if p is not None]
         if any(predicted):
@@ -426,22 +434,22 @@ def plot_consensus(study: Study, out_dir: Path) -> Path | None:
         return True
 
     return _multi_panel(study, out_dir / "consensus.png",
-                        f"{study.name}: consensus distance and gossip alone (mean, {spread_words(study)})",
+                        f"{study.name}: consensus distance and gossip alone ({_words(study, aggregate)})",
                         axis_label("consensus_distance"), draw, log=True,
-                        empty="no consensus distance recorded")
+                        empty="no consensus distance recorded", aggregate=aggregate)
 
 
-def plot_bytes(study: Study, metric: str, out_dir: Path) -> Path | None:
+def plot_bytes(study: Study, metric: str, out_dir: Path, aggregate: str = MEAN) -> Path | None:
     """bytes.png: ``bytes_figure``; None when no group has the metric."""
-    fig = bytes_figure(study, metric)
+    fig = bytes_figure(study, metric, aggregate)
     return None if fig is None else save(fig, out_dir / "bytes.png")
 
 
 @styled
-def bytes_figure(study: Study, metric: str) -> Figure | None:
-    """The metric against the cumulative bytes sent per peer at each evaluation (mean over seeds of both, the
-    metric's 95% band), one line per group (colour, labelled with the group), line style by the axes other than
-    topology; the x data in bytes, ticked in a binary unit."""
+def bytes_figure(study: Study, metric: str, aggregate: str = MEAN) -> Figure | None:
+    """The metric against the cumulative bytes sent per peer at each evaluation (x the mean over seeds, y the
+    metric's mean or IQM with its band), one line per group (colour, labelled with the group), line style by the
+    axes other than topology; the x data in bytes, ticked in a binary unit."""
     styles = ["-", "--", ":", "-."]
     series = list(dict.fromkeys(_series_key(study, g) for g in study.groups))
     fig = new_figure(7, 4.5)
@@ -456,7 +464,7 @@ def bytes_figure(study: Study, metric: str) -> Figure | None:
             values.append(evals)
         if not any(values):
             continue
-        rounds, mean, low, high = _band((v for v in values if v), metric)
+        rounds, mean, low, high = _band((v for v in values if v), metric, aggregate)
         x_mean = _band(s for s in sent if s)[1]
         style = styles[series.index(_series_key(study, group)) % len(styles)]
         _draw_band(ax, (x_mean, mean, low, high), PALETTE[i % len(PALETTE)], group.label, style)
@@ -468,24 +476,26 @@ def bytes_figure(study: Study, metric: str) -> Figure | None:
         draw_reference(ax, reference, "untrained model")
     ax.set_xlabel(f"{X_LABELS[BYTES]} ({bytes_axis(ax, ax.get_xlim()[1])})")
     ax.set_ylabel(axis_label(metric))
-    ax.set_title(wrapped(f"{study.name}: {metric_label(metric)} against traffic (mean, {spread_words(study)})", 7))
-    legend(ax, extra=[_ci_key(study)])
+    ax.set_title(wrapped(f"{study.name}: {metric_label(metric)} against traffic ({_words(study, aggregate)})", 7))
+    legend(ax, extra=[_ci_key(study, aggregate)])
     fig.tight_layout()
     return fig
 
 
-def plot_study(study: Study, out_dir: Path, metric: str | None) -> dict[str, Path]:
-    """Every figure the study has data for, by title; a figure that fails is reported, not fatal."""
+def plot_study(study: Study, out_dir: Path, metric: str | None, aggregate: str = MEAN) -> dict[str, Path]:
+    """Every figure the study has data for, by title, each group its ``aggregate`` (mean or iqm) over seeds; a
+    figure that fails is reported, not fatal."""
     import sys
 
-    makers = [("consensus distance against round", lambda: plot_consensus(study, out_dir))]
+    makers = [("consensus distance against round", lambda: plot_consensus(study, out_dir, aggregate))]
     if metric is not None:
-        makers = [(f"final {metric} against spectral gap", lambda: plot_gap(study, metric, out_dir)),
-                  (f"final {metric} against spectral gap, p and n_eff", lambda: plot_measures(study, metric, out_dir)),
-                  (f"{metric} against round", lambda: plot_metric_rounds(study, metric, out_dir)),
-                  (f"{metric} against simulated time", lambda: plot_metric_time(study, metric, out_dir)),
+        makers = [(f"final {metric} against spectral gap", lambda: plot_gap(study, metric, out_dir, aggregate)),
+                  (f"final {metric} against spectral gap, p and n_eff",
+                   lambda: plot_measures(study, metric, out_dir, aggregate)),
+                  (f"{metric} against round", lambda: plot_metric_rounds(study, metric, out_dir, aggregate)),
+                  (f"{metric} against simulated time", lambda: plot_metric_time(study, metric, out_dir, aggregate)),
                   *makers,
-                  (f"{metric} against bytes sent per peer", lambda: plot_bytes(study, metric, out_dir))]
+                  (f"{metric} against bytes sent per peer", lambda: plot_bytes(study, metric, out_dir, aggregate))]
     written: dict[str, Path] = {}
     for title, make in makers:
         try:

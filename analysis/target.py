@@ -5,9 +5,10 @@
 Per finished seed, the first evaluation (in file order, no interpolation) whose metric is >= VALUE, or <= VALUE
 for a metric where lower is better (`metric_lower_is_better`, or --direction), gives three costs: the simulated
 seconds of that evaluation (runs with the simulated clock), its round (for --mode async, the index of its batch
-of events) and the bytes one peer sent up to it. Each arm reports the mean of each cost over the seeds that
-reached the target, with its 95% Student-t interval (analysis.study.mean_ci), and how many of its finished seeds
-did ("2/3 reached"); a seed that never reaches the target is counted, not averaged in.
+of events) and the bytes one peer sent up to it. Each arm reports the mean (or IQM: --aggregate) of each cost over
+the seeds that reached the target, with the interval of analysis.intervals (min–max at n = 2, a 95% confidence
+interval from n = 3 on, cut at 0: no cost is negative), and how many of its finished seeds did ("2/3 reached"); a
+seed that never reaches the target is counted, not averaged in.
 """
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from dataclasses import dataclass
 
 from p2pfl.records import SIM_TIME
 
+from .intervals import MEAN, Estimate, cell, csv_cells, csv_columns, estimate, note
 from .runs import ROUND, Run, cumulative_bytes_per_peer, is_number
-from .study import Group, Interval, Study, _fmt_interval, _md_table, _num, mean_ci
+from .study import Group, Study, _md_table
 
 __all__ = ["COSTS", "LOWER_IS_BETTER_WORDS", "Reach", "Target", "first_reach", "metric_lower_is_better", "reaches",
            "target_columns", "target_markdown"]
@@ -96,17 +98,15 @@ COSTS: dict[str, tuple[str, Callable[[Reach], float | None], float]] = {
 }
 
 
-def cost_interval(found: Sequence[Reach | None], cost: str) -> Interval | None:
-    """Mean and 95% interval of one cost over the seeds that reached the target (and have the cost)."""
+def cost_interval(found: Sequence[Reach | None], cost: str, aggregate: str = MEAN) -> Estimate | None:
+    """Mean (or IQM) and interval (analysis.intervals, cut at 0) of one cost over the seeds that reached the
+    target (and have the cost)."""
     values = [v for v in (COSTS[cost][1](r) for r in found if r is not None) if v is not None]
-    return mean_ci(values)
+    return estimate(values, aggregate, (0.0, None))
 
 
-def _scaled(iv: Interval | None, scale: float) -> Interval | None:
-    if iv is None:
-        return None
-    return Interval(iv.mean * scale, iv.n, None if iv.low is None else iv.low * scale,
-                    None if iv.high is None else iv.high * scale)
+def _scaled(est: Estimate | None, scale: float) -> Estimate | None:
+    return None if est is None else est.scaled(scale)
 
 
 def reached_label(found: Sequence[Reach | None]) -> str:
@@ -114,40 +114,39 @@ def reached_label(found: Sequence[Reach | None]) -> str:
     return f"{sum(r is not None for r in found)}/{len(found)} reached"
 
 
-def target_markdown(study: Study, target: Target) -> str:
+def target_markdown(study: Study, target: Target, aggregate: str = MEAN) -> str:
     """The time-to-target section of report.md: a row per arm, the seeds that reached the target, then the mean
-    ± 95% CI half-width of each cost over them."""
+    (or IQM) of each cost over them with its interval and n (analysis.intervals.cell)."""
     header = [*study.group_axes, "runs", "reached", *(label for label, _, _ in COSTS.values())]
     rows = []
     for group in study.groups:
         found = reaches(group, target)
         rows.append([*group.axes.values(), group.status, reached_label(found),
-                     *[_fmt_interval(_scaled(cost_interval(found, c), scale)) for c, (_, _, scale) in COSTS.items()]])
+                     *[cell(_scaled(cost_interval(found, c, aggregate), scale)) for c, (_, _, scale) in COSTS.items()]])
     direction = "lower is better: the first evaluation at or below" if target.lower else \
         "the first evaluation at or above"
     return "\n".join([
         f"## Time to target: {target.label}", "",
         f"Per finished seed, {direction} {target.value:g} (no interpolation): its simulated time, round and the "
-        f"bytes one peer sent up to it. Cells: mean over the {study.seed_word} that reached the target ± "
-        "half-width of the 95% Student-t interval; a seed that never reaches it is counted in `reached`, not "
-        "averaged in (– where none did, or where the runs have no simulated clock).", "",
+        f"bytes one peer sent up to it. {note(aggregate, study.seed_word + ' that reached the target', 'cut at 0')}; "
+        "a seed that never reaches it is counted in `reached`, not averaged in (– where none did, or where the "
+        "runs have no simulated clock).", "",
         _md_table(header, rows), ""])
 
 
-def target_columns(target: Target) -> list[tuple[str, Callable[[Group], object]]]:
-    """table.csv's time-to-target columns: the target, seeds reached and finished, then per cost its mean,
-    ci_low and ci_high over the seeds that reached it (bytes in bytes)."""
-    def interval_part(cost: str, part: str) -> Callable[[Group], object]:
-        def cell(group: Group) -> object:
-            iv = cost_interval(reaches(group, target), cost)
-            return _num(getattr(iv, part)) if iv is not None else ""
-        return cell
+def target_columns(target: Target, aggregate: str = MEAN) -> list[tuple[str, Callable[[Group], object]]]:
+    """table.csv's time-to-target columns: the target, seeds reached and finished, then per cost its mean (or
+    IQM), low, high, n and interval over the seeds that reached it (analysis.intervals.csv_columns; bytes in
+    bytes)."""
+    def interval_part(cost: str, i: int) -> Callable[[Group], object]:
+        def column(group: Group) -> object:
+            return csv_cells(cost_interval(reaches(group, target), cost, aggregate))[i]
+        return column
 
     columns: list[tuple[str, Callable[[Group], object]]] = [
         ("target", lambda g: target.label),
         ("target_reached", lambda g: sum(r is not None for r in reaches(g, target))),
         ("target_seeds", lambda g: len(reaches(g, target)))]
     for cost in COSTS:
-        columns += [(f"target_{cost}_{col}", interval_part(cost, part))
-                    for col, part in (("mean", "mean"), ("ci_low", "low"), ("ci_high", "high"))]
+        columns += [(name, interval_part(cost, i)) for i, name in enumerate(csv_columns(f"target_{cost}", aggregate))]
     return columns

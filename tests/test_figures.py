@@ -11,11 +11,12 @@ import pytest
 from test_analysis import make_run, table_rows
 
 from analysis import load_run
+from analysis.intervals import MIN_CI_SEEDS
 from analysis.labels import QUANTITIES, axis_label, metric_range
 from analysis.plots import plot_consensus, plot_partition, plot_run, plot_topology
 from analysis.report import runs_table
 from analysis.study import mean_ci
-from analysis.study_plots import MIN_T_SEEDS, spread
+from analysis.study_plots import spread
 from analysis.style import contrast_text, plot_formats, saved_files
 from p2pfl.config import ConfigError, make_config, validate
 
@@ -130,10 +131,10 @@ def test_exact_consensus_is_marked_not_dropped(tmp_path, monkeypatch):
 @pytest.mark.parametrize("values", [[0.1, 0.9], [0.98, 0.99, 0.2], [0.5], [0.3, 0.35, 0.4, 0.45]])
 def test_spread_is_a_t_interval_from_three_seeds_and_min_max_below_clipped_to_the_range(values):
     iv = spread(values, "test_acc_avg")
-    assert iv.mean == pytest.approx(np.mean(values)) and iv.n == len(values)
+    assert iv.value == pytest.approx(np.mean(values)) and iv.n == len(values)
     if len(values) == 1:
         assert iv.low is None and iv.high is None
-    elif len(values) < MIN_T_SEEDS:
+    elif len(values) < MIN_CI_SEEDS:
         assert (iv.low, iv.high) == (min(values), max(values))
     else:
         t = mean_ci(values)

@@ -118,7 +118,8 @@ def test_study_report(study, tmp_path, capsys):
     table = read_table(out / "table.csv")
     assert list(table) == ["cycle", "complete", "star"]
 
-    # mean and 95% CI of each n = 2 group and every final metric, by hand from the runs' summary.json
+    # mean and min–max (n = 2: no t-interval) of each n = 2 group and every final metric, by hand from the runs'
+    # summary.json
     for topology in ("cycle", "complete"):
         finals = [summary_final(study, topology, seed) for seed in (1, 2)]
         row = table[topology]
@@ -126,10 +127,10 @@ def test_study_report(study, tmp_path, capsys):
         for metric in finals[0]:
             a, b = finals[0][metric], finals[1][metric]
             mean = (a + b) / 2
-            half = T_975_DF1 * (abs(a - b) / math.sqrt(2)) / math.sqrt(2)  # s = |a − b|/√2, n = 2
             assert float(row[f"{metric}_mean"]) == pytest.approx(mean, rel=1e-9, abs=1e-15), metric
-            assert float(row[f"{metric}_ci_low"]) == pytest.approx(mean - half, rel=1e-9, abs=1e-15), metric
-            assert float(row[f"{metric}_ci_high"]) == pytest.approx(mean + half, rel=1e-9, abs=1e-15), metric
+            assert float(row[f"{metric}_low"]) == pytest.approx(min(a, b), rel=1e-9, abs=1e-15), metric
+            assert float(row[f"{metric}_high"]) == pytest.approx(max(a, b), rel=1e-9, abs=1e-15), metric
+            assert (row[f"{metric}_n"], row[f"{metric}_interval"]) == ("2", "min–max"), metric
         assert (row["n_done"], row["n_expected"]) == ("2", str(2 + (topology == "complete")))
     assert float(table["cycle"]["spectral_gap"]) == pytest.approx(2 / 3)
     assert float(table["complete"]["spectral_gap"]) == pytest.approx(1.0)
@@ -137,14 +138,14 @@ def test_study_report(study, tmp_path, capsys):
     # n = 1: the mean is the run's value, no interval; the missing and failed points are in the table
     star = table["star"]
     assert float(star[f"{METRIC}_mean"]) == pytest.approx(summary_final(study, "star", 1)[METRIC], rel=1e-12)
-    assert star[f"{METRIC}_ci_low"] == star[f"{METRIC}_ci_high"] == ""
+    assert star[f"{METRIC}_low"] == star[f"{METRIC}_high"] == ""
     assert star["status"] == "1/2 seeds; 1 missing"
     assert table["complete"]["status"] == f"2/3 seeds; 1 failed: {ERROR_LINE}"
 
     report = (out / "report.md").read_text()
     assert report in capsys.readouterr().out  # printed too
     assert f"2/3 seeds; 1 failed: {ERROR_LINE}" in report
-    assert "1/2 seeds; 1 missing" in report and "(n=1, no CI)" in report
+    assert "1/2 seeds; 1 missing" in report and " (n=1) |" in report
     assert point_name("star", 2) in report and point_name("complete", 3) in report
     figures = ["spectral_gap.png", "metric_rounds.png", "consensus.png", "bytes.png"]
     for name in figures:

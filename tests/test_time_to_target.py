@@ -123,19 +123,19 @@ def md_row(report: str, arm: str, section: str) -> list[str]:
 
 
 def t_interval(values: list[float], t: float) -> tuple[float, float, float]:
-    """(mean, low, high) of mean ± t·s/√n, written out here."""
+    """(mean, low, high) of mean ± t·s/√n, written out here, cut at 0 (no cost is negative)."""
     n = len(values)
     mean = sum(values) / n
     s = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    return mean, mean - t * s / math.sqrt(n), mean + t * s / math.sqrt(n)
+    return mean, max(mean - t * s / math.sqrt(n), 0.0), mean + t * s / math.sqrt(n)
 
 
 def assert_interval(row: dict[str, str], cost: str, expected: tuple[float, float, float], rel: float = 1e-9) -> None:
-    """The mean to 1e-9 and both half-widths to ``rel`` (a textbook t quantile has 4 digits)."""
-    mean, low, high = (float(row[f"target_{cost}_{col}"]) for col in ("mean", "ci_low", "ci_high"))
+    """The mean to 1e-9 and its distances to both bounds to ``rel`` (a textbook t quantile has 4 digits)."""
+    mean, low, high = (float(row[f"target_{cost}_{col}"]) for col in ("mean", "low", "high"))
     assert mean == pytest.approx(expected[0], rel=1e-9), cost
-    half = expected[2] - expected[0]
-    assert (mean - low, high - mean) == pytest.approx((half, half), rel=rel), cost
+    assert (mean - low, high - mean) == pytest.approx((expected[0] - expected[1], expected[2] - expected[0]),
+                                                      rel=rel), cost
 
 
 # ----- the pieces -------------------------------------------------------------------------------------------------
@@ -186,9 +186,11 @@ def test_time_to_target_table(study, tmp_path):
     # clock: seeds 1 and 2 reach it (4.5 s, round 3, 3 KiB; 4 s, round 2, 4 KiB), seed 3 is counted, not averaged
     clock = table["clock"]
     assert (clock["target"], clock["target_reached"], clock["target_seeds"]) == ("test_acc_avg ≥ 0.7", "2", "3")
-    assert_interval(clock, "sim_time_s", (4.25, 4.25 - T_975_DF1 * 0.25, 4.25 + T_975_DF1 * 0.25))
-    assert_interval(clock, "rounds", (2.5, 2.5 - T_975_DF1 * 0.5, 2.5 + T_975_DF1 * 0.5))
-    assert_interval(clock, "bytes_per_peer", (3584.0, 3584.0 - T_975_DF1 * 512, 3584.0 + T_975_DF1 * 512))
+    # two seeds: their min–max, no t-interval
+    assert_interval(clock, "sim_time_s", (4.25, 4.0, 4.5))
+    assert_interval(clock, "rounds", (2.5, 2.0, 3.0))
+    assert_interval(clock, "bytes_per_peer", (3584.0, 3072.0, 4096.0))
+    assert (clock["target_sim_time_s_n"], clock["target_sim_time_s_interval"]) == ("2", "min–max")
 
     # steady: all three reach it, at rounds 1, 2, 4 and 2·1, 1.5·2, 1.75·4 = 2, 3, 7 s; 512 B a round
     steady = table["steady"]
@@ -200,15 +202,15 @@ def test_time_to_target_table(study, tmp_path):
     # old runs, without the clock: rounds and bytes (rounds 2 and 3), no simulated time
     old = table["old"]
     assert (old["target_reached"], old["target_seeds"]) == ("2", "2")
-    assert old["target_sim_time_s_mean"] == old["target_sim_time_s_ci_low"] == ""
+    assert old["target_sim_time_s_mean"] == old["target_sim_time_s_low"] == ""
     assert float(old["target_rounds_mean"]) == 2.5 and float(old["target_bytes_per_peer_mean"]) == 2.5 * 256
 
     report = (out / "report.md").read_text()
     section = "## Time to target: test_acc_avg ≥ 0.7"
     assert "not averaged in" in report
     row = md_row(report, "clock", section)
-    assert row[2] == "2/3 reached" and row[3] == f"4.25 ± {T_975_DF1 * 0.25:.2g}" and row[4].startswith("2.5 ±")
-    assert row[5] == f"{3584 / 2**20:.4g} ± {T_975_DF1 * 512 / 2**20:.2g}"
+    assert row[2] == "2/3 reached" and row[3] == "4.25 [4, 4.5] (min–max, n=2)" and row[4].startswith("2.5 [2, 3]")
+    assert row[5] == f"{3584 / 2**20:.4g} [{3072 / 2**20:.4g}, {4096 / 2**20:.4g}] (min–max, n=2)"
     assert md_row(report, "old", section)[2:4] == ["2/2 reached", "–"]
 
 
