@@ -35,12 +35,25 @@ from p2pfl.method import ASYNCHRONOUS, BATCHABLE, Phase
 from p2pfl.models import MoonNet, build_encoder
 from p2pfl.models.stacked import PeerStack
 from p2pfl.network import RoundNetwork
+from p2pfl.options import method_options, opt
 
 MOON_PROJ_DIM = 256  # MOON's out_dim (the projection width of ModelFedCon), fixed as in the paper
+#: --head's choices: MOON's projection head and a classifier on its output, or one Linear on the encoder.
+HEADS = ("moon", "linear")
 FEDPROX_MU = 0.01
 #: The MOON paper's local training for every method it compares (SPEC §5, reference notes §A.5).
 MOON_PAPER: dict[str, Any] = {"optimizer": "sgd", "lr": 0.01, "momentum": 0.9, "weight_decay": 1e-5,
                               "batch_size": 64}
+
+
+@method_options("fedavg")
+class HeadOptions:
+    """What the fedavg family (fedavg, fedprox, scaffold, solo; moon: its own head only) puts on the encoder."""
+
+    head: str = opt("moon", "the network on the encoder (--model): MOON's 2-layer projection head to 256 and a "
+                            "classifier on its output (moon: as the MOON paper trains every method it compares), "
+                            "or one Linear classifier on the encoder's features (linear: a plug-in model trained as "
+                            "given, plus its classifier)", HEADS, section="training")
 
 
 def _logits(model: nn.Module):
@@ -71,7 +84,7 @@ class FedAvg(GossipLearner):
         ds = self.dataset
         kw = {"padding": ds.padding} if ds.sequence_labels else {}
         encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size, cfg=self.cfg, **kw)
-        return MoonNet(encoder, self.dataset.num_classes, proj_dim=MOON_PROJ_DIM)
+        return MoonNet(encoder, self.dataset.num_classes, proj_dim=MOON_PROJ_DIM if self.cfg.head == "moon" else None)
 
     def draw(self, peer: GossipPeer, x: torch.Tensor) -> dict[str, torch.Tensor]:
         return supervised_draw(x, peer.augment_rng)

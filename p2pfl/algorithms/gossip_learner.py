@@ -159,7 +159,13 @@ class GossipLearner(LocalTrainer):
     def setup(self) -> None:
         super().setup()
         first = self.peers[self.ctx.local_peers[0]]
-        self.ctx.record_manifest(model={"name": self.cfg.model, "parameters": first.full.numel,
+        encoder = getattr(first.model, "encoder", None)
+        counts = {}
+        if isinstance(encoder, nn.Module):  # what --model gave, and what the method put around it
+            counts["encoder_parameters"] = sum(t.numel() for t in encoder.parameters())
+            counts["head_parameters"] = (sum(t.numel() for t in first.model.parameters())
+                                         - counts["encoder_parameters"])
+        self.ctx.record_manifest(model={"name": self.cfg.model, "parameters": first.full.numel, **counts,
                                         "mixed_per_message": first.mixable.numel})
 
     # ------------------------------------------------------------------ communication

@@ -69,6 +69,12 @@ class Moon(FedAvg):
              TOKENS: "its paper defines it on image classification",
              SEQUENCE_LABELS: "its paper defines it on image classification"}
 
+    def setup(self) -> None:
+        if self.cfg.head != "moon":
+            raise ValueError(f"--head {self.cfg.head}: moon's contrastive term compares MOON's projections z, which "
+                             "only --head moon has (the fedavg family takes --head linear)")
+        super().setup()
+
     def init_peer(self, peer: MoonPeer) -> None:
         super().init_peer(peer)
         peer.glob = ModelPool.frozen(peer.model)

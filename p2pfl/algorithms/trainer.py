@@ -33,6 +33,7 @@ from p2pfl.context import RunContext
 from p2pfl.data import PeerData
 from p2pfl.method import BATCHABLE, Algorithm, LocalRound
 from p2pfl.models.params import state_copy
+from p2pfl.models.probe import probe
 from p2pfl.network import RoundNetwork
 from p2pfl.privacy.dp_options import dp_on
 from p2pfl.privacy.dp_sgd import DPSGD, DPStep, one_peer_loss, refuse_model
@@ -142,6 +143,9 @@ class LocalTrainer(Algorithm):
                                optimizer=partial(self.make_optimizer, self.trainable(model)))  # built when read
             self.init_peer(peer)
             self.peers[p] = peer
+        if self.peers:  # a plug-in model's shape bug as one line now, not at the first training step
+            first = self.peers[self.ctx.local_peers[0]]
+            probe(self.cfg.model, first.model, first.data.first(2)[0])
         if dp_on(self.cfg):
             self.setup_dp()
         self.setup_batching()

@@ -51,16 +51,18 @@ class SupervisedNet(nn.Module):
 class MoonNet(nn.Module):
     """MOON's ModelFedCon: h = encoder(x), z = MoonHead(h), logits = Linear(proj_dim, num_classes)(z).
 
-    The classifier consumes the projection output z (not h). forward returns (h, z, logits).
+    The classifier consumes the projection output z (not h). forward returns (h, z, logits). Without a projection
+    (proj_dim None) z is h: the encoder and one Linear classifier, a model trained as given.
     """
 
     peer_stackable = True  # forward acts per channel (p2pfl.models.stacked)
 
-    def __init__(self, encoder: Encoder, num_classes: int, proj_dim: int = 256) -> None:
+    def __init__(self, encoder: Encoder, num_classes: int, proj_dim: int | None = 256) -> None:
+        """`proj_dim` None: no projection head (z = h), the classifier on the encoder's features (--head linear)."""
         super().__init__()
         self.encoder = encoder
-        self.head = MoonHead(encoder.feat_dim, proj_dim)
-        self.classifier = nn.Linear(proj_dim, num_classes)
+        self.head = nn.Identity() if proj_dim is None else MoonHead(encoder.feat_dim, proj_dim)
+        self.classifier = nn.Linear(encoder.feat_dim if proj_dim is None else proj_dim, num_classes)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Encoder features h."""
