@@ -21,6 +21,7 @@ from p2pfl.config import (
     options,
 )
 from p2pfl.runtime import console
+from p2pfl.suggest import option_hint
 
 
 class _Parser(argparse.ArgumentParser):
@@ -82,7 +83,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RunConfig, bool]:
             raise ConfigError(f"{named.group(1)}: {named.group(2)}")
         unknown = re.match(r"unrecognized arguments: (\S+)", message)
         if unknown and unknown.group(1).startswith("--"):
-            raise ConfigError(f"{unknown.group(1).split('=')[0]}: unknown option (see python -m p2pfl.run --help)")
+            flag = unknown.group(1).split("=")[0]
+            flags = [s for action in parser._actions for s in action.option_strings if s.startswith("--")]
+            raise ConfigError(f"{flag}: unknown option{option_hint(flag, flags)} (see python -m p2pfl.run --help)")
         raise ConfigError(message)
 
     parser.error = fail  # type: ignore[method-assign]

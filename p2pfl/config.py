@@ -42,6 +42,7 @@ from p2pfl.privacy.dp_options import dp_on as _dp_on
 from p2pfl.registry import load_all
 from p2pfl.runtime.files import refuse_not_plain
 from p2pfl.shown import shown
+from p2pfl.suggest import option_hint, value_hint
 from p2pfl.yamlfile import safe_load
 
 
@@ -69,7 +70,7 @@ def _datasets() -> Sequence[str]:
 
 def _topologies() -> list[str]:
     import topologies
-    return [n for n in topologies.names() if n != "file"] + topologies.dynamic_names() + ["file"]
+    return topologies.choices()  # static, dynamic, then file; shown with their aliases ("cycle (ring)")
 
 
 #: The most torch threads a process may ask for.
@@ -385,11 +386,19 @@ def _convert(f: dataclasses.Field, value: Any) -> Any:
             return number
         if isinstance(value, (list, dict, set, tuple, bytes)):
             raise ValueError
-        return str(value)
+        return _recorded(f, str(value))
     except (TypeError, ValueError, OverflowError) as exc:
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"{_flag(f.name)}: expected {typ.__name__}, got {shown(value)}") from None
+
+
+def _recorded(f: dataclasses.Field, value: str) -> str:
+    """A closed option's value as its owner records it, where its choices have a `canonical` (--topology ring is
+    recorded as cycle: a run and its --resume agree whichever name each gave)."""
+    choices = f.metadata["choices"]
+    spell = getattr(choices() if callable(choices) else choices, "canonical", None)
+    return spell(value) if spell is not None else value
 
 
 def load_yaml(path: str) -> dict[str, Any]:
@@ -413,7 +422,8 @@ def load_yaml(path: str) -> dict[str, Any]:
     for key, value in data.items():
         name = str(key).replace("-", "_")
         if name not in known:
-            raise ConfigError(f"--config: unknown key {shown(key)} in {path} (see python -m p2pfl.run --help)")
+            raise ConfigError(f"--config: unknown key {shown(key)} in {path}{option_hint(str(key), known)} "
+                              "(see python -m p2pfl.run --help)")
         out[name] = value
     return out
 
@@ -474,7 +484,8 @@ def make_config(**values: Any) -> RunConfig:
     for name, value in values.items():
         name = name.replace("-", "_")
         if name not in by_name:
-            raise ConfigError(f"{_flag(name)}: unknown option (see python -m p2pfl.run --help)")
+            raise ConfigError(f"{_flag(name)}: unknown option{option_hint(name, map(_flag, by_name))} "
+                              "(see python -m p2pfl.run --help)")
         if name == "fedbn" and str(value).lower() in ("true", "false"):  # the older boolean form
             value = "type" if str(value).lower() == "true" else "off"
         given[name] = _convert(by_name[name], value)
@@ -504,7 +515,8 @@ def _check_choice(f: dataclasses.Field, value: Any) -> None:
     if choices is None or value is None:
         return
     allowed = choices() if callable(choices) else choices  # its own `in` (--model accepts any hf:PATH)
-    _check(value in allowed, f.name, f"unknown value {shown(value)}; allowed: {', '.join(allowed)}")
+    _check(value in allowed, f.name, f"unknown value {shown(value)}{value_hint(str(value), allowed) or ';'} allowed: "
+                                     f"{', '.join(allowed)}")
 
 
 def _check_bounds(f: dataclasses.Field, value: Any) -> None:

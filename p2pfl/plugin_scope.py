@@ -14,15 +14,15 @@ from p2pfl.runtime import hooks
 
 def _tables() -> list[dict[Any, Any]]:
     """Every process-wide table a plug-in can add to: the registries of components (built-ins loaded first), the
-    options sections, the methods, the topologies, mixing rules and per-round topologies, the post-run hooks, and
-    the plug-ins loaded."""
+    options sections, the methods, the topologies (their aliases and flags), mixing rules and per-round
+    topologies, the post-run hooks, and the plug-ins loaded."""
     registry.load_all()
     options.catalogue()
     hooks.hooks()  # the built-in hooks' modules imported: what they register is kept
     kinds = list(registry.KINDS.values())
     return [registry.KINDS, *(r._table for r in kinds), *(r._aliases for r in kinds), options._SECTIONS,
-            algorithms._REGISTRY, topologies.registry, topologies.DYNAMIC, topologies.MIXING_KINDS, hooks._HOOKS,
-            plugins._LOADED]
+            algorithms._REGISTRY, topologies.registry, topologies.DYNAMIC, topologies.MIXING_KINDS,
+            topologies.base.ALIASES, topologies.base.FLAGS, hooks._HOOKS, plugins._LOADED]
 
 
 @contextmanager

@@ -64,8 +64,8 @@ def test_a_component_named_with_an_argument(tmp_path: Path) -> None:
     with pytest.raises(UnknownComponent, match=r"^--dataset: unknown dataset 'cifar10:x'; allowed: .*npz:PATH"):
         DATASETS.get("cifar10:x")
     with pytest.raises(ConfigError,
-                       match=r"^--dataset: unknown value 'npz'; allowed: .*folder:PATH, leaf:PATH, hf:PATH, "
-                             r"hf-table:PATH, hf-text:PATH, npz:PATH"):
+                       match=r"^--dataset: unknown value 'npz'; did you mean npz:PATH\? allowed: .*folder:PATH, "
+                             r"leaf:PATH, hf:PATH, hf-table:PATH, hf-text:PATH, npz:PATH"):
         _cfg("npz")
     with pytest.raises(ConfigError, match=r"^--dataset: npz:nowhere\.npz: no such file$"):
         _cfg("npz:nowhere.npz")

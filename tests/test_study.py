@@ -166,11 +166,11 @@ def _one_error_line(capsys) -> str:
 @pytest.mark.parametrize("flags", [[], ["--dry-run"], ["--slurm", "--dry-run"]], ids=["run", "dry-run", "slurm"])
 def test_a_bad_point_value_is_refused_before_any_point_runs_or_is_queued(flags: list[str], tmp_path: Path,
                                                                          capsys) -> None:
-    study = {"name": "bad", "base": CONSENSUS, "axes": {"topology": ["cycle", "ring"]}}
+    study = {"name": "bad", "base": CONSENSUS, "axes": {"topology": ["cycle", "moebius"]}}
     out = tmp_path / "studies"
     assert study_main([str(_write(tmp_path, study)), "--out", str(out), *flags]) == 2
     line = _one_error_line(capsys)
-    assert "point topology-ring: --topology: unknown value 'ring'" in line
+    assert "point topology-moebius: --topology: unknown value 'moebius'" in line
     assert not out.exists()  # nothing ran, nothing was written or queued
 
 

@@ -67,7 +67,7 @@ def test_names_and_underscores() -> None:
 
 def test_unknown_name_lists_known_ones() -> None:
     with pytest.raises(TopologyError, match="known: .*binary-tree.*star"):
-        build("torus", 5)
+        build("moebius", 5)
     assert issubclass(TopologyError, ValueError)
 
 
@@ -227,7 +227,7 @@ def test_file_missing_or_bad_matrix(tmp_path: Path) -> None:
 
 # --- mixing matrices ------------------------------------------------------------------------------------------
 
-GRAPHS = [("star", 7), ("cycle", 8), ("binary-tree", 12), ("complete", 5), ("random", 15)]
+GRAPHS = [("star", 7), ("cycle", 8), ("binary-tree", 12), ("complete", 5), ("random", 15), ("torus", 12), ("grid", 12)]
 
 
 def brute_force(g: nx.Graph, kind: str) -> np.ndarray:
@@ -402,5 +402,5 @@ def test_cli_graph_file_and_errors(tmp_path: Path) -> None:
     f.write_text("0 1\n1 2\n2 3\n3 0\n")
     res = run_cli("file", "-n", "4", "--graph-file", str(f), "--out", str(tmp_path / "f.png"), cwd=ROOT)
     assert res.returncode == 0, res.stderr
-    res = run_cli("torus", "-n", "4", cwd=tmp_path)
-    assert res.returncode == 2 and "unknown topology 'torus'" in res.stderr
+    res = run_cli("moebius", "-n", "4", cwd=tmp_path)
+    assert res.returncode == 2 and "unknown topology 'moebius'" in res.stderr

@@ -46,7 +46,7 @@ def test_the_same_value_twice_is_accepted_and_two_values_refused() -> None:
 
 
 def test_every_declared_flag_is_a_parameter_of_its_owners() -> None:
-    assert set(topologies.dynamic.FLAGS) == {"fanout", "max_degree", "active", "inner"}
+    assert set(topologies.dynamic.FLAGS) == {"fanout", "max_degree", "active", "inner", "rows"}
     assert topologies.dynamic.flag_owners("fanout") == ["epidemic", "epidemic-oracle", "k-peer-exponential"]
     assert topologies.dynamic.flag_owners("max_degree") == ["base", "simple-base"]
 

@@ -3,8 +3,11 @@
 Adding a topology is one function in one file plus its registration (its keyword parameters are given with
 ``--topology-params size=4``; a per-round one is registered with ``register_dynamic``, topologies.dynamic)::
 
-    @register("ring-of-cliques")
+    @register("ring-of-cliques", aliases=("roc",), flags={"size": "peers a clique (ring-of-cliques)"})
     def ring_of_cliques(n: int, seed: int = 0, size: int = 4) -> nx.Graph: ...
+
+(`aliases`: other names it answers to, recorded as its own; `flags`: parameters that are flags of their own too,
+``--size 4``).
 
 The package imports nothing of p2pfl (p2pfl builds on it): its random streams (topologies.streams) and the shape
 of its manifest record (topologies.records) are defined here and re-exported by p2pfl.seeding and p2pfl.records.
@@ -17,12 +20,22 @@ from topologies import (  # noqa: F401  (register the builtins)
     exponential,
     from_file,
     generators,
+    grids,
     hypercube,
     k_peer_exponential,
     teleport,
 )
 from topologies.base import TopologyError, build, names, parse_params, register, registry
-from topologies.dynamic import DYNAMIC, Dynamic, Round, both_ways, dynamic_names, register_dynamic, topology_params
+from topologies.dynamic import (
+    DYNAMIC,
+    Dynamic,
+    Round,
+    both_ways,
+    choices,
+    dynamic_names,
+    register_dynamic,
+    topology_params,
+)
 from topologies.from_file import read_graph
 from topologies.measures import N_EFF_GAMMA
 from topologies.mixing import KINDS as MIXING_KINDS
@@ -38,6 +51,7 @@ __all__ = [
     "TopologyError",
     "both_ways",
     "build",
+    "choices",
     "describe",
     "draw",
     "dynamic_names",

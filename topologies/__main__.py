@@ -37,19 +37,22 @@ def table(name: str, mixing: str, stats: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, build the topology, print its statistics and write the PNG."""
     parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m topologies", description=__doc__)
-    parser.add_argument("name", help=f"one of: {', '.join(topologies.names())}")
+    parser.add_argument("name", help="one of: " + ", ".join(
+        c for c in topologies.choices() if c.split()[0] in topologies.registry))  # "cycle (ring)": with its aliases
     parser.add_argument("-n", type=int, required=True, help="number of peers K")
     parser.add_argument("--p", type=float, default=None, help="edge probability (random)")
     parser.add_argument("--max-tries", type=int, default=None, help="redraws of a disconnected random graph")
+    parser.add_argument("--rows", type=int, default=None, help="rows of the 2-D grid (torus, grid)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--mixing", default="metropolis", help=", ".join(topologies.MIXING_KINDS))
     parser.add_argument("--graph-file", default=None, help="edge list, adjacency matrix or .graphml (file)")
     parser.add_argument("--n-eff-gamma", type=float, default=topologies.N_EFF_GAMMA, help="decay of n_eff")
     parser.add_argument("--out", default=None, help="PNG path (default <name>-<K>.png)")
     args = parser.parse_args(argv)
-    name = args.name.strip().lower().replace("_", "-")
+    name = topologies.base.canonical(args.name)  # an alias as the name it stands for (ring: cycle)
     try:
-        graph = topologies.build(name, args.n, args.seed, p=args.p, max_tries=args.max_tries, path=args.graph_file)
+        graph = topologies.build(name, args.n, args.seed, p=args.p, max_tries=args.max_tries, path=args.graph_file,
+                                 rows=args.rows)
         w = topologies.mixing_matrix(graph, args.mixing)
     except topologies.TopologyError as exc:
         parser.error(str(exc))

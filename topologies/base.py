@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import networkx as nx
@@ -12,23 +12,37 @@ Generator = Callable[..., nx.Graph]
 T = TypeVar("T")
 
 registry: dict[str, Generator] = {}
+#: Other names of registered topologies (``ring`` for ``cycle``), static or dynamic: alias -> name, both spelled
+#: as `spelled` spells them. `canonical` turns an alias into its name, so a run records one name whichever is given.
+ALIASES: dict[str, str] = {}
+#: The topologies' parameters that are flags of their own (``--rows R`` as well as ``--topology-params rows=R``):
+#: parameter -> (its help line, the type of its values), declared by each topology that takes it
+#: (``register(flags=...)``, ``register_dynamic(flags=...)``; p2pfl.network.topology_options makes them options).
+FLAGS: dict[str, tuple[str, str]] = {}
 
 
 class TopologyError(ValueError):
     """A topology the user asked for cannot be built or used."""
 
 
-def canonical(name: str) -> str:
-    """The registry spelling of a name: lower case, hyphens for underscores (``binary_tree`` -> ``binary-tree``)."""
+def spelled(name: str) -> str:
+    """A name as registries spell it: lower case, hyphens for underscores (``binary_tree`` -> ``binary-tree``)."""
     return name.strip().lower().replace("_", "-")
 
 
+def canonical(name: str) -> str:
+    """The registry spelling of a name (`spelled`), an alias replaced by the name it stands for (``ring`` ->
+    ``cycle``): what every lookup of a topology goes through."""
+    key = spelled(name)
+    return ALIASES.get(key, key)
+
+
 def registrar(table: dict[str, T], what: str) -> Callable[[str], Callable[[T], T]]:
-    """A decorator factory adding entries to ``table`` under their canonical names (twice is an error)."""
+    """A decorator factory adding entries to ``table`` under their names as `spelled` (twice is an error)."""
 
     def register(name: str) -> Callable[[T], T]:
         def deco(fn: T) -> T:
-            key = canonical(name)
+            key = spelled(name)
             if key in table:
                 raise TopologyError(f"{what} {key!r} is already registered")
             table[key] = fn
@@ -39,8 +53,51 @@ def registrar(table: dict[str, T], what: str) -> Callable[[str], Callable[[T], T
     return register
 
 
-#: Decorator adding ``fn(n, seed, **params) -> nx.Graph`` to the registry under a name.
-register = registrar(registry, "topology")
+def add_aliases(key: str, aliases: tuple[str, ...], taken: Callable[[str], bool]) -> None:
+    """Record `aliases` as other names of topology `key`; TopologyError (nothing recorded) for one that is `taken`
+    (a registered name) or another topology's alias (the same again is kept: a plug-in imported twice)."""
+    spelt = [spelled(a) for a in aliases]
+    clash = next((a for a in spelt if ALIASES.get(a, key) != key or taken(a) or a == key), None)
+    if clash is not None:
+        raise TopologyError(f"topology {key!r}: alias {clash!r} is already a topology's name or alias")
+    ALIASES.update(dict.fromkeys(spelt, key))
+
+
+def _flag_type(param: inspect.Parameter) -> str:
+    """The type name of a flag's values: its default's type, or (a default of None) its annotation's other type."""
+    if param.default is not None:
+        return type(param.default).__name__
+    annotation = param.annotation if isinstance(param.annotation, str) else getattr(param.annotation, "__name__", "")
+    return next((p.strip() for p in str(annotation).split("|") if p.strip() not in ("None", "")), "str")
+
+
+def declare_flags(key: str, fn: Callable[..., Any], flags: Mapping[str, str] | None) -> None:
+    """Add topology `key`'s `flags` (parameter -> help line) to FLAGS; TopologyError for one that is no keyword
+    parameter of `fn` with a default."""
+    takes = inspect.signature(fn).parameters
+    for param in flags or {}:
+        if param not in takes or takes[param].default is inspect.Parameter.empty:
+            raise TopologyError(f"topology {key!r}: flag {param!r} is no keyword parameter of its function")
+    for param, help in (flags or {}).items():
+        FLAGS.setdefault(param, (help, _flag_type(takes[param])))
+
+
+def register(name: str, *, aliases: tuple[str, ...] = (), flags: Mapping[str, str] | None = None
+             ) -> Callable[[Generator], Generator]:
+    """Decorator adding ``fn(n, seed, **params) -> nx.Graph`` to the registry under `name`; `aliases`: other names
+    it answers to (``--topology ring``; shown beside it in --help, recorded as `name`); `flags`: its parameters that
+    are flags of their own, each with its help line (FLAGS)."""
+    add = registrar(registry, "topology")(name)
+
+    def deco(fn: Generator) -> Generator:
+        key = canonical(name)
+        if key in registry or spelled(name) in ALIASES:
+            raise TopologyError(f"topology {spelled(name)!r} is already registered")
+        declare_flags(key, fn, flags)
+        add_aliases(key, aliases, lambda a: a in registry)
+        return add(fn)
+
+    return deco
 
 
 def names() -> list[str]:

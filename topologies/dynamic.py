@@ -24,7 +24,19 @@ from typing import Any, NamedTuple, TypeVar
 
 import networkx as nx
 
-from topologies.base import TopologyError, canonical, check_params, parse_params, registry
+from topologies.base import (
+    ALIASES,
+    FLAGS,  # noqa: F401  (declared in topologies.base, static topologies having flags too; read from here)
+    TopologyError,
+    add_aliases,
+    canonical,
+    check_params,
+    declare_flags,
+    names,
+    parse_params,
+    registry,
+    spelled,
+)
 from topologies.generators import complete
 from topologies.streams import SHARED, numpy_rng
 
@@ -99,28 +111,22 @@ class Dynamic:
 
 
 DYNAMIC: dict[str, Dynamic] = {}
-#: The topologies' parameters that are flags of their own (``--fanout S`` as well as ``--topology-params fanout=S``):
-#: parameter -> (its help line, the type of its default), declared with ``register_dynamic(flags=...)`` by each
-#: topology that takes it (p2pfl.network.topology_options makes them options).
-FLAGS: dict[str, tuple[str, str]] = {}
 
 
 def register_dynamic(name: str, *, directed: bool, support: Callable[..., nx.Graph], chooses_active: bool = False,
                      weighted: bool = False, cycle: Callable[..., Cycle] | None = None, hands_over: bool = False,
-                     flags: Mapping[str, str] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+                     flags: Mapping[str, str] | None = None, aliases: tuple[str, ...] = ()
+                     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Add `fn(n, seed, t, **params) -> nx.DiGraph` (a `Round` when `chooses_active`; its links weighted when
     `weighted`; `cycle(n, **params)` its period and exact-consensus round; `hands_over`: its Rounds move models
-    between peers, `Round.handover`; `flags`: its parameters that are flags of their own, each with its help line)
-    under `name`."""
+    between peers, `Round.handover`; `flags`: its parameters that are flags of their own, each with its help line;
+    `aliases`: other names it answers to) under `name`."""
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         key = canonical(name)
-        if key in DYNAMIC:
+        if key in DYNAMIC or spelled(name) in ALIASES:
             raise TopologyError(f"dynamic topology {key!r} is already registered")
-        takes = inspect.signature(fn).parameters
-        for param, help in (flags or {}).items():
-            if param not in takes or takes[param].default is inspect.Parameter.empty:
-                raise TopologyError(f"dynamic topology {key!r}: flag {param!r} is no keyword parameter of its function")
-            FLAGS.setdefault(param, (help, type(takes[param].default).__name__))
+        declare_flags(key, fn, flags)
+        add_aliases(key, aliases, lambda a: a in DYNAMIC or a in registry)
         DYNAMIC[key] = Dynamic(key, fn, support, directed, (fn.__doc__ or "").strip().splitlines()[0],
                                chooses_active, weighted=weighted, cycle=cycle, hands_over=hands_over)
         return fn
@@ -186,6 +192,30 @@ def one_peer_exponential(n: int, seed: int, t: int) -> nx.DiGraph:
 def dynamic_names() -> list[str]:
     """The registered dynamic topology names, sorted."""
     return sorted(DYNAMIC)
+
+
+class Choices(list):
+    """Every topology name as an option's choices: static ones, dynamic ones, then 'file', each shown with its
+    aliases ("cycle (ring)"); `in` takes any spelling `canonical` takes; `canonical` gives the name a run records
+    (a value naming no topology kept as written); `spellings`: every name and alias (what "did you mean" offers)."""
+
+    def __init__(self) -> None:
+        ordered = [n for n in names() if n != "file"] + dynamic_names() + (["file"] if "file" in registry else [])
+        others = {key: [a for a, k in sorted(ALIASES.items()) if k == key] for key in ordered}
+        super().__init__(f"{key} ({', '.join(others[key])})" if others[key] else key for key in ordered)
+        self.spellings = [*ordered, *(a for key in ordered for a in others[key])]
+
+    def __contains__(self, value: object) -> bool:
+        return isinstance(value, str) and (canonical(value) in registry or canonical(value) in DYNAMIC)
+
+    def canonical(self, value: str) -> str:
+        """The name a run records for `value` (``ring`` -> ``cycle``, ``Binary_Tree`` -> ``binary-tree``)."""
+        return canonical(value) if value in self else value
+
+
+def choices() -> Choices:
+    """The topologies as the --topology option's choices (`Choices`)."""
+    return Choices()
 
 
 def takes(name: str) -> frozenset[str]:

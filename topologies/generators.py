@@ -21,9 +21,9 @@ def star(n: int, seed: int = 0) -> nx.Graph:
     return _graph(n, [(0, k) for k in range(1, n)])
 
 
-@register("cycle")
+@register("cycle", aliases=("ring",))
 def cycle(n: int, seed: int = 0) -> nx.Graph:
-    """Peer i linked to i±1 mod n (n = 2 gives a single edge)."""
+    """Peer i linked to i±1 mod n (n = 2 gives a single edge); also named ring, recorded as cycle."""
     return _graph(n, [(i, (i + 1) % n) for i in range(n)])
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from topologies import sparse
-from topologies.base import TopologyError, canonical, registrar
+from topologies.base import TopologyError, registrar, spelled
 
 Weights = Callable[[sp.csr_matrix], sp.csr_matrix]
 
@@ -81,7 +81,7 @@ def server(a: sp.csr_matrix) -> sp.csr_matrix:
 
 def mixing_weights(graph: nx.Graph, kind: str = "metropolis") -> sp.csr_matrix:
     """The sparse K×K float64 gossip matrix of ``graph`` for a registered mixing kind ("metropolis" by default)."""
-    key = canonical(kind)
+    key = spelled(kind)
     if key not in KINDS:
         raise TopologyError(f"unknown mixing {kind!r}; known: {', '.join(KINDS)}")
     return KINDS[key](adjacency(graph))

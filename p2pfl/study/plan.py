@@ -40,6 +40,7 @@ from p2pfl.study.tune import TUNE_PREFIX, TuneError, TuneSpec, TuningRun, arm_ax
 from p2pfl.study.tune import candidates as tune_candidates
 from p2pfl.study.tune import grid as tune_grid
 from p2pfl.study.tune import parse as tune_parse
+from p2pfl.suggest import hint, option_hint
 from p2pfl.yamlfile import safe_load
 
 SEED = "seed"
@@ -127,12 +128,13 @@ def _axis_value(axis: str, value: Any) -> tuple[str, dict[str, Any]]:
         bundle = {_key(k): v for k, v in value.items() if k not in ("label", "tune")}
         unknown = sorted(set(bundle) - _options())
         if unknown:
-            raise StudyError(f"axes.{axis}: unknown option '{unknown[0]}' (see python -m p2pfl.run --help)")
+            raise StudyError(f"axes.{axis}: unknown option '{unknown[0]}'{option_hint(unknown[0], _options())} "
+                             "(see python -m p2pfl.run --help)")
         label = value.get("label", "_".join(f"{k}-{_label(v)}" for k, v in bundle.items()))
         return _label(label), bundle
     if _key(axis) not in _options():
-        raise StudyError(f"axes.{axis}: not a p2pfl.run option; a named axis takes mappings of options "
-                         "({label: ..., option: value, ...})")
+        raise StudyError(f"axes.{axis}: not a p2pfl.run option{option_hint(axis, _options()) or ';'} a named axis "
+                         "takes mappings of options ({label: ..., option: value, ...})")
     return _label(value), {_key(axis): value}
 
 
@@ -166,9 +168,10 @@ def expand(data: Any, default_name: str = "study", root: str | None = None) -> P
     `root` (default: the working directory)."""
     if not isinstance(data, dict):
         raise StudyError("the study file must hold a mapping (name, base, axes, points, slurm)")
-    unknown = sorted(set(data) - {"name", "base", "axes", "points", "seeds", "slurm", "tune"})
+    keys = ("name", "base", "axes", "points", "seeds", "slurm", "tune")
+    unknown = sorted(set(data) - set(keys))
     if unknown:
-        raise StudyError(f"unknown key '{unknown[0]}' (allowed: name, base, axes, points, seeds, slurm, tune)")
+        raise StudyError(f"unknown key '{unknown[0]}'{hint(str(unknown[0]), keys)} (allowed: {', '.join(keys)})")
     try:
         base = _with_plugins({_key(k): v for k, v in _mapping(data, "base").items()}, root)
         plugins.load(base.get("plugins", ()))
@@ -177,7 +180,8 @@ def expand(data: Any, default_name: str = "study", root: str | None = None) -> P
     _options.cache_clear()  # the plug-ins may have added options
     bad = sorted(set(base) - _options())
     if bad:
-        raise StudyError(f"base: unknown option '{bad[0]}' (see python -m p2pfl.run --help)")
+        raise StudyError(f"base: unknown option '{bad[0]}'{option_hint(bad[0], _options())} (see python -m p2pfl.run "
+                         "--help)")
     axes = dict(_mapping(data, "axes"))
     if "seeds" in data:
         seeds = data["seeds"]

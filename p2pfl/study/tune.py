@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from p2pfl.runtime.files import loads, write_atomic
+from p2pfl.suggest import hint, option_hint
 
 SEED = "seed"
 TUNE_PREFIX = "tune"
@@ -68,7 +69,8 @@ def grid(value: Any, where: str, known: frozenset[str]) -> dict[str, list[Any]]:
     for key, values in value.items():
         name = str(key).replace("-", "_")
         if name not in known:
-            raise TuneError(f"{where}.{key}: not a p2pfl.run option (see python -m p2pfl.run --help)")
+            raise TuneError(f"{where}.{key}: not a p2pfl.run option{option_hint(name, known)} (see python -m p2pfl.run "
+                            "--help)")
         if name in (SEED, "validation"):
             raise TuneError(f"{where}.{key}: the tuner sets {name} itself (tune.seeds, tune.validation)")
         if not isinstance(values, list) or not values or len({value_label(v) for v in values}) != len(values):
@@ -83,7 +85,7 @@ def parse(data: Any, known: frozenset[str]) -> TuneSpec:
         raise TuneError("tune: must be a mapping (grid, seeds, validation, metric, goal, per)")
     unknown = sorted(set(map(str, data)) - set(KEYS))
     if unknown:
-        raise TuneError(f"tune.{unknown[0]}: unknown key (allowed: {', '.join(KEYS)})")
+        raise TuneError(f"tune.{unknown[0]}: unknown key{hint(unknown[0], KEYS)} (allowed: {', '.join(KEYS)})")
     grid_ = grid(data.get("grid", {}), "tune.grid", known)
     seeds = data.get("seeds", [100])
     if isinstance(seeds, int) and not isinstance(seeds, bool):

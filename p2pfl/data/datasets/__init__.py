@@ -25,12 +25,14 @@ from p2pfl.data.augment import ImageTransform
 from p2pfl.data.datasets._base import DATASETS, MAX_CLASSES, STAND_IN, Arrays, Dataset, ImageDataset
 from p2pfl.data.datasets._files import CIFAR10_CLASSES, DatasetNotFound, data_root
 from p2pfl.registry import options_of
+from p2pfl.suggest import value_hint
 
 
 def canonical_name(name: str) -> str:
     """The registered name of dataset ``name`` (case, aliases and '_' / '-' insensitive); ValueError if unknown."""
     if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+        raise ValueError(f"unknown dataset {name!r}{value_hint(str(name), DATASETS.choices()) or ';'} choose one of "
+                         f"{', '.join(DATASETS)}")
     return DATASETS.resolve(name)
 
 
