@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from topologies.records import TopologyRecord, TopologyStats  # noqa: F401  (re-exported: defined in topologies)
 
@@ -542,6 +542,8 @@ class DatasetInfo(_Dataset, total=False):
 class ModelInfo(TypedDict):
     name: str
     parameters: int
+    encoder_parameters: NotRequired[int]  # what --model built (a method's network with an `encoder`)
+    head_parameters: NotRequired[int]  # what the method put around it (parameters - encoder_parameters)
     mixed_per_message: int
 
 

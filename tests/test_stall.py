@@ -24,9 +24,10 @@ TIMEOUT_S = 10
 GRACE_S = 30
 STALLED = 2
 #: A live rank's line: the waiting rank, the round, the call (a collective and its caller, or a neighbour
-#: receive) and the ranks that did not arrive.
+#: receive, or its sends to a stopped rank that received before it stopped) and the ranks that did not arrive.
 LINE = re.compile(r"^p2pfl: timeout: (?:peer \d+ \()?rank (\d+)\)? waited [\d.]+ s in round (\d+) "
-                  r"(in \S+(?: \(\w+\))? from \S.*|for neighbour \d+ \(rank \d+\).*); ranks that did not arrive: (.*)$",
+                  r"(in \S+(?: \(\w+\))? from \S.*|for neighbour \d+ \(rank \d+\).*|for its sends to complete)"
+                  r"; ranks that did not arrive: (.*)$",
                   re.MULTILINE)
 
 
