@@ -256,8 +256,22 @@ def test_wandb_offline_run_holds_exactly_the_records_numbers_and_the_configurati
         assert step == 2 and (files / saved).read_bytes() == path.read_bytes()
 
 
+#: Seconds the W&B service may take to flush an offline run's record log after `finish` returned: it writes from
+#: its own process, and on a loaded machine the file was once read before its records (CI, under two workers).
+WANDB_FLUSH_S = 30.0
+
+
 def wandb_run_record(run_dir: Path) -> Any:
-    return next(r.run for r in wandb_records(run_dir) if r.WhichOneof("record_type") == "run")
+    """The run record of the offline run in `run_dir`, waiting up to WANDB_FLUSH_S for the service's flush."""
+    import time
+
+    deadline = time.monotonic() + WANDB_FLUSH_S
+    while True:
+        found = [r.run for r in wandb_records(run_dir) if r.WhichOneof("record_type") == "run"]
+        if found or time.monotonic() > deadline:
+            assert found, f"no run record in {run_dir / 'wandb'} {WANDB_FLUSH_S:g} s after the run finished"
+            return found[0]
+        time.sleep(0.5)
 
 
 def test_a_run_outside_a_study_is_a_wandb_run_of_job_type_run_in_no_group(runs: dict[str, Path]) -> None:
