@@ -3,7 +3,8 @@
     python -m analysis.frontier STUDY_DIR [--metric test_acc_avg] [--reference LABEL] [--out DIR]
 
 Arms are the study's groups (analysis.study: every axis except ``seed``). Per arm: the finished seeds n, the
-final metric's mean and 95% Student-t half-width (analysis.study.mean_ci; none for n = 1), the total bytes sent
+final metric's mean and its interval (analysis.intervals: the 95% Student-t interval cut to the metric's range
+from 3 seeds, the min–max at 2, none at 1), the total bytes sent
 over the run (the sum of every round record's ``bytes_sent``, all peers) and the bytes one peer sends in one
 round (Run.bytes_sent_per_peer_round), both means over the seeds, and the byte ratio reference total / arm total
 ("how many times fewer bytes"). A run whose round records have a non-finite (or missing-as-null) ``loss_mean``
@@ -14,13 +15,14 @@ The reference arm is the one whose label is LABEL (default ``dense``): its full 
 consensus_step=1"), its axis labels joined by "/" ("dense/1"), or its label on one axis ("dense"). When several
 arms match, the one with the highest mean metric is the reference (the best-tuned one; the output says which).
 
-Verdict of an arm against the reference (ref interval R = [mean_r − h_r, mean_r + h_r]; the arm's interval
-A = [mean − h, mean + h], the point mean when n = 1):
-    within    mean_r − h_r <= mean <= mean_r + h_r         (the arm's mean inside the reference's interval)
-    below     mean + h < mean_r − h_r                      (A entirely below R)
-    above     mean − h > mean_r + h_r                      (A entirely above R)
-    overlaps  otherwise                                    (A and R overlap, the arm's mean outside R)
-    –         the reference has no interval (n = 1) or the arm no metric.
+Verdict of an arm against the reference (R = [low_r, high_r], the reference's 95% confidence interval; A = [low,
+high], the arm's), defined on confidence intervals only, so from 3 seeds on each side (a min–max of 2 values is
+no confidence interval, and a verdict on it would read as one):
+    within    low_r <= mean <= high_r                      (the arm's mean inside R; the arm may have any n >= 1)
+    below     high < low_r                                 (A entirely below R; the arm has n >= 3)
+    above     low > high_r                                 (A entirely above R; the arm has n >= 3)
+    overlaps  otherwise, the arm with n >= 3               (A and R overlap, the arm's mean outside R)
+    –         the reference has fewer than 3 seeds, the arm no metric, or an arm below 3 seeds outside R.
 
 Writes frontier.csv, frontier.md and frontier.png into --out (default STUDY_DIR/frontier).
 """
@@ -37,19 +39,10 @@ from pathlib import Path
 
 from p2pfl.runtime.files import write_atomic
 
+from .intervals import MIN_CI_SEEDS, MIN_MAX, NO_INTERVAL, Estimate, cell, csv_cells, csv_columns
 from .report import _fmt_bytes, _md_table, print_written
 from .runs import Run, is_number
-from .study import (
-    CONFIDENCE,
-    Group,
-    Interval,
-    Study,
-    StudyFolderError,
-    _fmt_interval,
-    _num,
-    headline_metric,
-    load_study,
-)
+from .study import CONFIDENCE, Group, Study, StudyFolderError, _num, headline_metric, load_study
 
 __all__ = ["Arm", "VERDICT_RULE", "THRESHOLDS", "arms", "diverged", "frontier_csv", "frontier_markdown",
            "main", "plot_frontier", "reference_arm", "total_bytes", "verdict", "write_frontier"]
@@ -57,10 +50,11 @@ __all__ = ["Arm", "VERDICT_RULE", "THRESHOLDS", "arms", "diverged", "frontier_cs
 DEFAULT_REFERENCE = "dense"
 THRESHOLDS = (10, 100)
 WITHIN, BELOW, ABOVE, OVERLAPS, NONE = "within", "below", "above", "overlaps", "–"
-VERDICT_RULE = ("verdict against the reference's 95% interval R = mean_r ± h_r: within if the arm's mean lies in R; "
-                "below / above if the arm's own 95% interval (its mean when n = 1) lies entirely below / above R; "
-                "overlaps otherwise (the intervals overlap, the mean outside R); – when the reference has no "
-                "interval (n = 1)")
+VERDICT_RULE = (f"verdict against the reference's 95% confidence interval R: within if the arm's mean lies in R; "
+                f"below / above if the arm's own 95% confidence interval lies entirely below / above R; overlaps "
+                f"otherwise (the intervals overlap, the mean outside R); – when the reference has fewer than "
+                f"{MIN_CI_SEEDS} seeds (no confidence interval: a min–max of 2 is none), or an arm with fewer than "
+                f"{MIN_CI_SEEDS} seeds has its mean outside R")
 
 
 def total_bytes(run: Run) -> float:
@@ -83,7 +77,7 @@ class Arm:
     """One group of the study with its frontier numbers (bytes are means over the finished seeds)."""
 
     group: Group
-    interval: Interval | None
+    interval: Estimate | None
     total_bytes: float | None
     bytes_per_peer_round: float | None
     diverged: int  # finished seeds that diverged
@@ -100,10 +94,11 @@ class Arm:
         return label in (self.label, self.short, *self.group.axes.values())
 
     def bounds(self) -> tuple[float, float] | None:
+        """The arm's 95% confidence interval; None below MIN_CI_SEEDS seeds (or without a metric)."""
         iv = self.interval
-        if iv is None:
+        if iv is None or iv.low is None or iv.high is None or iv.kind in (NO_INTERVAL, MIN_MAX):
             return None
-        return (iv.mean, iv.mean) if iv.low is None or iv.high is None else (iv.low, iv.high)
+        return iv.low, iv.high
 
 
 def arms(study: Study, metric: str) -> list[Arm]:
@@ -111,7 +106,7 @@ def arms(study: Study, metric: str) -> list[Arm]:
     for group in study.groups:
         runs = [p.run for p in group.done if p.run is not None]
         per_round = [b for b in (r.bytes_sent_per_peer_round() for r in runs) if b is not None]
-        out.append(Arm(group, group.interval(metric), _mean([total_bytes(r) for r in runs]), _mean(per_round),
+        out.append(Arm(group, group.estimate(metric), _mean([total_bytes(r) for r in runs]), _mean(per_round),
                        sum(diverged(r) for r in runs)))
     return out
 
@@ -123,19 +118,22 @@ def reference_arm(all_arms: Sequence[Arm], label: str) -> tuple[Arm, str]:
         raise StudyFolderError(f"no arm is labelled {label!r}; the arms: " + "; ".join(a.label for a in all_arms))
     if len(found) == 1:
         return found[0], f"reference: {found[0].label}"
-    best = max(found, key=lambda a: -math.inf if a.interval is None else a.interval.mean)
+    best = max(found, key=lambda a: -math.inf if a.interval is None else a.interval.value)
     return best, (f"reference: {best.label} (the highest mean of the {len(found)} arms matching {label!r}: "
                   + "; ".join(a.label for a in found) + ")")
 
 
 def verdict(arm: Arm, ref: Arm) -> str:
     """The module docstring's rule."""
-    if arm.interval is None or ref.interval is None or ref.interval.half_width is None:
+    reference = ref.bounds()
+    if arm.interval is None or reference is None:
         return NONE
-    low_r, high_r = ref.bounds()
-    low, high = arm.bounds()
-    if low_r <= arm.interval.mean <= high_r:
+    low_r, high_r = reference
+    if low_r <= arm.interval.value <= high_r:
         return WITHIN
+    if arm.bounds() is None:
+        return NONE
+    low, high = arm.bounds()
     if high < low_r:
         return BELOW
     if low > high_r:
@@ -153,14 +151,13 @@ def ratio(arm: Arm, ref: Arm) -> float | None:
 def frontier_csv(study: Study, all_arms: Sequence[Arm], ref: Arm, metric: str) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([*study.group_axes, "label", "n", "n_expected", "diverged", f"{metric}_mean",
-                     f"{metric}_ci_half", f"{metric}_ci_low", f"{metric}_ci_high", "total_bytes_mean",
-                     "bytes_per_peer_round_mean", "bytes_ratio_to_reference", "verdict", "reference"])
+    writer.writerow([*study.group_axes, "label", "n", "n_expected", "diverged", *csv_columns(metric),
+                     "total_bytes_mean", "bytes_per_peer_round_mean", "bytes_ratio_to_reference", "verdict",
+                     "reference"])
     for arm in all_arms:
-        iv = arm.interval
         writer.writerow([*arm.group.axes.values(), arm.label, arm.group.n_done, arm.group.n_expected, arm.diverged,
-                         _num(iv and iv.mean), _num(iv and iv.half_width), _num(iv and iv.low), _num(iv and iv.high),
-                         _num(arm.total_bytes), _num(arm.bytes_per_peer_round), _num(ratio(arm, ref)),
+                         *csv_cells(arm.interval), _num(arm.total_bytes), _num(arm.bytes_per_peer_round),
+                         _num(ratio(arm, ref)),
                          verdict(arm, ref), int(arm is ref)])
     return buf.getvalue()
 
@@ -183,15 +180,16 @@ def frontier_markdown(study: Study, all_arms: Sequence[Arm], ref: Arm, how: str,
         r = ratio(arm, ref)
         rows.append([arm.label + (" (reference)" if arm is ref else ""), arm.group.status,
                      f"{arm.diverged}/{arm.group.n_done} diverged" if arm.diverged else "–",
-                     _fmt_interval(arm.interval),
+                     cell(arm.interval),
                      _fmt_bytes(arm.total_bytes), _fmt_bytes(arm.bytes_per_peer_round),
                      "–" if r is None else f"{r:.3g}×", verdict(arm, ref)])
     parts = [f"# Bytes–accuracy frontier: {study.name}", "",
-             f"Study folder `{study.path}`; metric `{metric}` (final eval), mean over the finished seeds ± the "
-             f"{CONFIDENCE:.0%} Student-t half-width; total bytes: every round's bytes_sent (all peers) summed over "
-             "the run, mean over seeds; × fewer bytes: the reference's total / the arm's. Diverged: a round with a "
-             "non-finite loss_mean (the arm keeps a finite final metric; a non-finite one is left out of the "
-             "interval).", "", how + ".", "",
+             f"Study folder `{study.path}`; metric `{metric}` (final eval), mean over the finished seeds [low, high] "
+             f"(interval, n): the {CONFIDENCE:.0%} Student-t interval cut to the metric's range from {MIN_CI_SEEDS} "
+             "seeds, the min–max of 2 (no confidence interval), none at 1; total bytes: every round's bytes_sent "
+             "(all peers) summed over the run, mean over seeds; × fewer bytes: the reference's total / the arm's. "
+             "Diverged: a round with a non-finite loss_mean (the arm keeps a finite final metric; a non-finite one "
+             "is left out of the interval).", "", how + ".", "",
              "Rule: " + VERDICT_RULE + ".", "", _md_table(header, rows), "", *threshold_lines(all_arms, ref), ""]
     if figure:
         parts += [f"![frontier]({figure})", ""]
@@ -214,10 +212,9 @@ def _plot_frontier(study: Study, all_arms: Sequence[Arm], ref: Arm, metric: str,
     ax = fig.add_subplot(1, 1, 1)
     drawn = [a for a in all_arms if a.interval is not None and a.total_bytes]
     if ref.interval is not None:
-        low, high = ref.bounds()
-        if high > low:
-            ax.axhspan(low, high, color="0.85", zorder=0, label=f"reference {CONFIDENCE:.0%} interval")
-        ax.axhline(ref.interval.mean, color="0.5", lw=0.8, zorder=0)
+        if ref.bounds() is not None and ref.bounds()[1] > ref.bounds()[0]:
+            ax.axhspan(*ref.bounds(), color="0.85", zorder=0, label=f"reference {CONFIDENCE:.0%} interval")
+        ax.axhline(ref.interval.value, color="0.5", lw=0.8, zorder=0)
     if ref.total_bytes:
         for k in THRESHOLDS:
             ax.axvline(ref.total_bytes / k, color="0.3", ls=":", lw=1, zorder=0)
@@ -227,7 +224,9 @@ def _plot_frontier(study: Study, all_arms: Sequence[Arm], ref: Arm, metric: str,
     colours = [PALETTE[colour_keys.index(next(iter(a.group.axes.values()), "")) % len(PALETTE)] for a in drawn]
     for arm, colour in zip(drawn, colours):
         iv = arm.interval
-        ax.errorbar([arm.total_bytes], [iv.mean], yerr=[iv.half_width or 0.0], fmt="s" if arm is ref else "o",
+        low, high = (iv.value, iv.value) if iv.low is None or iv.high is None else (iv.low, iv.high)
+        ax.errorbar([arm.total_bytes], [iv.value], yerr=[[iv.value - low], [high - iv.value]],
+                    fmt="s" if arm is ref else "o",
                     color=colour, ms=5, capsize=3, lw=1, zorder=3, mfc="none" if arm.diverged else colour)
     ax.set_xscale("log")
     if drawn:
@@ -236,11 +235,12 @@ def _plot_frontier(study: Study, all_arms: Sequence[Arm], ref: Arm, metric: str,
         low, high = ax.get_ylim()
         ax.set_ylim(low - 0.08 * (high - low), high + 0.05 * (high - low))
     ax.set_xlabel("total bytes sent over the run, all peers (mean over seeds; log)")
-    ax.set_ylabel(f"final {metric_label(metric)} (mean, {CONFIDENCE:.0%} CI)")
+    kinds = sorted({a.interval.kind for a in drawn if a.interval.kind != NO_INTERVAL})
+    ax.set_ylabel(f"final {metric_label(metric)} (mean; bars: {', '.join(kinds) or 'none'})")
     ax.set_title(f"{study.name}: bytes–{metric} frontier; reference {ref.short}"
                  + ("; hollow/†: diverged" if any(a.diverged for a in drawn) else ""), fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
-    if ref.interval is not None and ref.interval.half_width:
+    if ref.bounds() is not None and ref.bounds()[1] > ref.bounds()[0]:
         ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     _place_labels(fig, ax, drawn, colours, ref)  # after the layout: the labels are placed in display space
@@ -258,7 +258,7 @@ def _place_labels(fig, ax, drawn: Sequence[Arm], colours: Sequence, ref: Arm) ->
     from .style import text_colour
 
     renderer = fig.canvas.get_renderer()
-    points = [ax.transData.transform((a.total_bytes, a.interval.mean)) for a in drawn]
+    points = [ax.transData.transform((a.total_bytes, a.interval.value)) for a in drawn]
     pad = 4.0
     taken = [(x - pad, y - pad, x + pad, y + pad) for x, y in points]
 
@@ -271,7 +271,7 @@ def _place_labels(fig, ax, drawn: Sequence[Arm], colours: Sequence, ref: Arm) ->
         for dx, dy in _OFFSETS:
             if label is not None:
                 label.remove()
-            label = ax.annotate(text, (arm.total_bytes, arm.interval.mean), xytext=(dx, dy),
+            label = ax.annotate(text, (arm.total_bytes, arm.interval.value), xytext=(dx, dy),
                                 textcoords="offset points", fontsize=7, color=text_colour(colour),
                                 ha="left" if dx > 0 else "right", va="center")
             ext = label.get_window_extent(renderer)

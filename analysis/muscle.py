@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.delta import delta_percent, lower_is_better
+from analysis.intervals import MIN_CI_SEEDS, Estimate, estimate
 from analysis.report import peer_task_metrics
-from analysis.study import DONE, SEED_AXIS, Interval, Point, Study, load_study, mean_ci
+from analysis.study import DONE, SEED_AXIS, Point, Study, load_study
 
 
 @dataclass
@@ -64,12 +65,18 @@ def paired_deltas(study: Study, method_axis: str = "method", local: str = "local
     return out
 
 
-def _fmt(iv: Interval | None, digits: int = 2) -> str:
-    if iv is None:
+def _fmt(est: Estimate | None, digits: int = 2) -> str:
+    """``+2.50 [-5.00, +10.00] (min–max, n=2)``: the mean and the interval analysis.intervals gives its n."""
+    if est is None:
         return "–"
-    if iv.half_width is None:
-        return f"{iv.mean:+.{digits}f} (n 1)"
-    return f"{iv.mean:+.{digits}f} ± {iv.half_width:.{digits}f} (n {iv.n})"
+    if est.low is None or est.high is None:
+        return f"{est.value:+.{digits}f} (n={est.n})"
+    return f"{est.value:+.{digits}f} [{est.low:+.{digits}f}, {est.high:+.{digits}f}] ({est.kind}, n={est.n})"
+
+
+#: What the interval columns hold (the tables' headers point here).
+INTERVALS = (f"Intervals over seeds: the 95% Student-t interval from {MIN_CI_SEEDS} seeds, the min–max of 2 seeds "
+             "(no confidence interval below 3), none for 1.")
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -90,10 +97,10 @@ def delta_section(deltas: Sequence[PairedDelta], others: list[str]) -> str:
         peers = sorted({q for d in ds for q in d.per_peer}, key=int)
         per_peer = {q: statistics.fmean(d.per_peer[q] for d in ds if q in d.per_peer) for q in peers}
         spread = f"{min(per_peer.values()):+.1f} … {max(per_peer.values()):+.1f}" if per_peer else "–"
-        rows.append([method, *labels, _fmt(mean_ci([d.mean for d in ds])), spread,
+        rows.append([method, *labels, _fmt(estimate([d.mean for d in ds])), spread,
                      " ".join(f"{q}:{v:+.1f}" for q, v in per_peer.items())])
-    return _table(["method", *others, "mean Δ% (95% CI over seeds)", "per-peer Δ% range", "per peer (mean over seeds)"],
-                  rows)
+    return _table(["method", *others, "mean Δ% [interval over seeds]", "per-peer Δ% range",
+                   "per peer (mean over seeds)"], rows)
 
 
 def reference_section(deltas: Sequence[PairedDelta], others: list[str], reference: str) -> str:
@@ -105,9 +112,9 @@ def reference_section(deltas: Sequence[PairedDelta], others: list[str], referenc
             continue
         diffs = [by[reference, labels, d.seed] - d.mean for d in ds if (reference, labels, d.seed) in by]
         wins = sum(x > 0 for x in diffs)
-        rows.append([f"{reference} − {method}", *labels, _fmt(mean_ci(diffs)), f"{wins}/{len(diffs)}"])
-    return _table(["difference of mean Δ%", *others, "mean (95% CI over seeds)", f"seeds where {reference} is higher"],
-                  rows)
+        rows.append([f"{reference} − {method}", *labels, _fmt(estimate(diffs)), f"{wins}/{len(diffs)}"])
+    return _table(["difference of mean Δ%", *others, "mean [interval over seeds]",
+                   f"seeds where {reference} is higher"], rows)
 
 
 def _rounds_mean(point: Point, key: str) -> list[float | None]:
@@ -163,7 +170,8 @@ def build_report(study: Study, method_axis: str = "method", local: str = "local"
     counts = study.counts()
     parts = [f"# {study.name}: Δ% against local training", "",
              f"{counts[DONE]} runs finished of {len(study.points)}; {len(deltas)} paired with their local twin.", "",
-             delta_section(deltas, others), "", f"## {reference} against the other losses, paired by seed", "",
+             delta_section(deltas, others), "", INTERVALS, "",
+             f"## {reference} against the other losses, paired by seed", "",
              reference_section(deltas, others, reference), "",
              "## cos(∇ loss, ∇ pairwise InfoNCE) at the anchor, mean over seeds, peers and a round's steps", "",
              per_round_section(study, method_axis, "grad_cos_pairwise", others), "",

@@ -1,6 +1,7 @@
 """The privacy-utility-topology study's table and figure: per topology and mechanism, the network average's test
-accuracy, the mechanism's own ε and the curious peers' membership-inference AUC, each as a mean and 95%
-t-interval over seeds (docs/studies/privacy-utility-topology-cpu.md).
+accuracy (and the peers' mean accuracy beside it), the mechanism's own ε and the curious peers' membership-inference
+AUC, each as a mean and an interval over seeds (analysis.intervals: the 95% Student-t interval cut to the
+quantity's range from 3 seeds, the min–max of 2, none for 1; docs/studies/privacy-utility-topology-cpu.md).
 
     python -m analysis.privacy_study studies/privacy-utility-topology-cpu \
         --out docs/studies/privacy-utility-topology-cpu
@@ -12,11 +13,11 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from .intervals import NO_INTERVAL, estimate
 from .study_cli import arguments, write_csv
 from .style import colour, new_figure, save, styled
 
@@ -37,14 +38,18 @@ def _epsilon(run: Path, summary: dict[str, Any]) -> float | None:
     return None if last is None else float(max(last["dp_epsilon"].values()))
 
 
-def _interval(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% t-interval (nan below two values)."""
-    from scipy import stats
+#: Each number's range, where its interval is cut (ε: none above).
+RANGES = {"test_acc_avg": (0.0, 1.0), "test_acc_peer_mean": (0.0, 1.0), "mia_auc": (0.0, 1.0), "epsilon": (0.0, None)}
 
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, math.nan
-    return mean, float(stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values)))
+
+def _interval(name: str, values: list[float]) -> dict[str, Any]:
+    """``name``, ``name_low``, ``name_high`` and ``name_interval`` (its kind) of the values (analysis.intervals);
+    nan where there is none."""
+    est = estimate(values, bounds=RANGES[name])
+    if est is None:
+        return {name: math.nan, f"{name}_low": math.nan, f"{name}_high": math.nan, f"{name}_interval": NO_INTERVAL}
+    low, high = (math.nan, math.nan) if est.low is None or est.high is None else (est.low, est.high)
+    return {name: est.value, f"{name}_low": low, f"{name}_high": high, f"{name}_interval": est.kind}
 
 
 def rows(study: Path) -> list[dict[str, Any]]:
@@ -65,8 +70,7 @@ def rows(study: Path) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"topology": topology, "mechanism": mechanism, "seeds": len(runs)}
         for name, field in (("test_acc_avg", "acc"), ("test_acc_peer_mean", "peers"), ("mia_auc", "auc"),
                             ("epsilon", "eps")):
-            values = [r[field] for r in runs if r[field] is not None]
-            row[name], row[name + "_ci"] = _interval(values) if values else (math.nan, math.nan)
+            row.update(_interval(name, [r[field] for r in runs if r[field] is not None]))
         out.append(row)
     return out
 
@@ -87,10 +91,11 @@ def figure(table: list[dict[str, Any]], path: Path) -> Path:
             by = {r["mechanism"]: r for r in table if r["topology"] == topology}
             xs = [k + (j - (len(topologies) - 1) / 2) * width for k in range(len(mechanisms))]
             ys = [by[m][field] if m in by else math.nan for m in mechanisms]
-            err = [by[m][field + "_ci"] if m in by else math.nan for m in mechanisms]
             heights = [0 if math.isnan(y) else y for y in ys]
-            err = [0 if math.isnan(e) else e for e in err]
-            ax.bar(xs, heights, width, yerr=[[min(e, h) for e, h in zip(err, heights)], err],  # clipped at 0
+            below = [by[m][field] - by[m][field + "_low"] if m in by else math.nan for m in mechanisms]
+            above = [by[m][field + "_high"] - by[m][field] if m in by else math.nan for m in mechanisms]
+            ax.bar(xs, heights, width, yerr=[[0 if math.isnan(e) else e for e in below],
+                                             [0 if math.isnan(e) else e for e in above]],
                    color=colour(j), label=topology, capsize=2)
         if field == "mia_auc":
             ax.axhline(0.5, color="grey", linestyle="--", linewidth=1)
@@ -103,6 +108,13 @@ def figure(table: list[dict[str, Any]], path: Path) -> Path:
     return save(fig, path)
 
 
+def _span(row: dict[str, Any], name: str) -> str:
+    """``0.414 [0.16, 0.66]``, or the value alone where it has no interval."""
+    if math.isnan(row[f"{name}_low"]):
+        return f"{row[name]:.3f}"
+    return f"{row[name]:.3f} [{row[f'{name}_low']:.3g}, {row[f'{name}_high']:.3g}]"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = arguments(__doc__, argv)
     table = rows(args.study)
@@ -112,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     write_csv(table, args.out)
     figure(table, args.out.with_suffix(".png"))
     for r in table:
-        print(f"{r['topology']:>11} {r['mechanism']:>12}  acc {r['test_acc_avg']:.3f} ± {r['test_acc_avg_ci']:.3f}"
-              f"  eps {r['epsilon']:.3g}  auc {r['mia_auc']:.3f} ± {r['mia_auc_ci']:.3f}")
+        print(f"{r['topology']:>11} {r['mechanism']:>12}  peers' acc {_span(r, 'test_acc_peer_mean')}"
+              f"  network-average acc {_span(r, 'test_acc_avg')}  eps {r['epsilon']:.3g}"
+              f"  auc {_span(r, 'mia_auc')}  ({r['test_acc_avg_interval']}, n={r['seeds']})")
     return 0
 
 

@@ -4,11 +4,13 @@
         [--contrast dec-ssl,dec-sl ...] [--out F.md]
 
 The question of Dec-SSL's claim ("the probe drops less as the data turn non-IID"): for every combination of the
-other axes (method, topology), the metric's mean and 95% CI over seeds at each label of `--axis`, and the drop
+other axes (method, topology), the metric's mean and interval over seeds at each label of `--axis`, and the drop
 from the reference label to each other label. A drop is taken seed by seed (reference run minus the run of the
 same seed at that label, seeds where both finished), so that what a seed shares across labels (its
-initialisation, its graph) cancels; its mean and 95% CI are over those paired differences. A CSV twin of the
-table is written next to the markdown.
+initialisation, its graph) cancels; its mean and interval are over those paired differences. Intervals as
+analysis.intervals gives them: the 95% Student-t interval from 3 seeds (a level's cut to the metric's range), the
+min–max of 2 (no confidence interval below 3 seeds), none for 1. A CSV twin of the table is written next to the
+markdown.
 
 `--contrast A,B` answers the claim directly: B's drop minus A's drop, seed by seed (seeds where all four runs
 finished), so a positive value whose interval excludes 0 says that A drops less than B. A and B name rows by
@@ -28,7 +30,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.frames import axis_column, study_runs
-from analysis.study import DONE, SEED_AXIS, Interval, Study, load_study, mean_ci
+from analysis.intervals import MIN_CI_SEEDS, Estimate, csv_cells, estimate
+from analysis.labels import metric_range
+from analysis.study import DONE, SEED_AXIS, Study, load_study
 
 
 @dataclass
@@ -36,8 +40,8 @@ class ShiftRow:
     """One combination of the other axes: the metric per label and the paired drops from the reference."""
 
     axes: dict[str, str]
-    levels: dict[str, Interval | None]
-    drops: dict[str, Interval | None]
+    levels: dict[str, Estimate | None]
+    drops: dict[str, Estimate | None]
     pairs: dict[str, int]
 
 
@@ -94,7 +98,7 @@ def _lists(table: pd.DataFrame, column: str) -> dict[tuple[int, str], list[float
 
 
 def contrast(study: Study, metric: str, axis: str, reference: str, a: str, b: str
-             ) -> dict[str, tuple[Interval | None, int]]:
+             ) -> dict[str, tuple[Estimate | None, int]]:
     """Per non-reference label: (B's drop minus A's drop, paired by seed; the number of seeds paired)."""
     data = paired(study, metric, axis, reference)
     names = ["/".join(key) for key in data.rows]
@@ -109,7 +113,7 @@ def contrast(study: Study, metric: str, axis: str, reference: str, a: str, b: st
         if label == reference:
             continue
         at = both[both["label"] == label]
-        out[label] = (mean_ci(list(at["drop_b"] - at["drop_a"])), len(at))
+        out[label] = (estimate(list(at["drop_b"] - at["drop_a"])), len(at))
     return out
 
 
@@ -120,10 +124,10 @@ def contrast_table(study: Study, metric: str, axis: str, reference: str, pairs: 
              "|" + "---|" * (len(labels) + 1)]
     for a, b in pairs:
         result = contrast(study, metric, axis, reference, a, b)
-        lines.append(f"| A {a}, B {b} | " + " | ".join(f"{_fmt(result[label][0])} ({result[label][1]} seeds)"
+        lines.append(f"| A {a}, B {b} | " + " | ".join(_fmt(result[label][0])
                                                        for label in labels) + " |")
-    return ("\n".join(lines) + "\n\nPaired by seed; positive: A drops less than B (an interval that excludes 0 "
-            "resolves it).\n")
+    return ("\n".join(lines) + "\n\nPaired by seed; positive: A drops less than B (a confidence interval, from "
+            f"{MIN_CI_SEEDS} seeds, that excludes 0 resolves it; a min–max of 2 seeds resolves nothing).\n")
 
 
 def shifts(study: Study, metric: str, axis: str, reference: str) -> tuple[list[str], list[ShiftRow]]:
@@ -134,18 +138,20 @@ def shifts(study: Study, metric: str, axis: str, reference: str) -> tuple[list[s
     rows = []
     for r, key in enumerate(data.rows):
         rows.append(ShiftRow(dict(zip(data.others, key)),
-                             {label: mean_ci(levels.get((r, label), [])) for label in data.labels},
-                             {label: mean_ci(drops.get((r, label), [])) for label in moved},
+                             {label: estimate(levels.get((r, label), []), bounds=metric_range(metric))
+                              for label in data.labels},
+                             {label: estimate(drops.get((r, label), [])) for label in moved},
                              {label: len(drops.get((r, label), [])) for label in moved}))
     return data.labels, rows
 
 
-def _fmt(iv: Interval | None, digits: int = 3) -> str:
-    if iv is None:
+def _fmt(est: Estimate | None, digits: int = 3) -> str:
+    """``0.870 [0.860, 0.880] (min–max, n=2)``."""
+    if est is None:
         return "—"
-    if iv.n < 2:
-        return f"{iv.mean:.{digits}f} (n=1)"
-    return f"{iv.mean:.{digits}f} ± {iv.half_width:.{digits}f}"
+    if est.low is None or est.high is None:
+        return f"{est.value:.{digits}f} (n={est.n})"
+    return f"{est.value:.{digits}f} [{est.low:.{digits}f}, {est.high:.{digits}f}] ({est.kind}, n={est.n})"
 
 
 def shift_table(study: Study, metric: str, axis: str, reference: str) -> tuple[str, str]:
@@ -157,20 +163,20 @@ def shift_table(study: Study, metric: str, axis: str, reference: str) -> tuple[s
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow([*others, *(f"{label}_mean" for label in labels), *(f"{label}_ci" for label in labels),
-                     *(f"drop_{label}_mean" for label in moved), *(f"drop_{label}_ci" for label in moved),
+    columns = ("mean", "low", "high", "n", "interval")
+    writer.writerow([*others, *(f"{label}_{c}" for label in labels for c in columns),
+                     *(f"drop_{label}_{c}" for label in moved for c in columns),
                      *(f"drop_{label}_pairs" for label in moved)])
     for row in rows:
         cells = [row.axes[a] for a in others] + [_fmt(row.levels[label]) for label in labels]
         cells += [_fmt(row.drops[label]) for label in moved]
         lines.append("| " + " | ".join(cells) + " |")
-        mean = lambda iv: "" if iv is None else f"{iv.mean:.6g}"  # noqa: E731
-        half = lambda iv: "" if iv is None or iv.n < 2 else f"{iv.half_width:.6g}"  # noqa: E731
-        writer.writerow([row.axes[a] for a in others] + [mean(row.levels[label]) for label in labels]
-                        + [half(row.levels[label]) for label in labels] + [mean(row.drops[label]) for label in moved]
-                        + [half(row.drops[label]) for label in moved] + [row.pairs[label] for label in moved])
-    note = (f"\nMean ± 95% CI half-width over seeds; a drop is the {reference} run minus the run of the same seed "
-            f"at that label (positive: the metric fell).\n")
+        writer.writerow([row.axes[a] for a in others] + [c for label in labels for c in csv_cells(row.levels[label])]
+                        + [c for label in moved for c in csv_cells(row.drops[label])]
+                        + [row.pairs[label] for label in moved])
+    note = (f"\nMean [interval] over seeds (the 95% Student-t interval from {MIN_CI_SEEDS} seeds, a level's cut to "
+            f"the metric's range; the min–max of 2 seeds, no confidence interval; none for 1); a drop is the "
+            f"{reference} run minus the run of the same seed at that label (positive: the metric fell).\n")
     return "\n".join(lines) + "\n" + note, buf.getvalue()
 
 

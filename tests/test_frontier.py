@@ -61,7 +61,9 @@ def test_frontier_table(study, tmp_path, capsys):
         row = rows[codec]
         mean, half = t_interval(accs)
         assert float(row["test_acc_avg_mean"]) == pytest.approx(mean, abs=1e-12)
-        assert float(row["test_acc_avg_ci_half"]) == pytest.approx(half, rel=1e-6)
+        assert float(row["test_acc_avg_low"]) == pytest.approx(mean - half, rel=1e-6)
+        assert float(row["test_acc_avg_high"]) == pytest.approx(mean + half, rel=1e-6)
+        assert (row["test_acc_avg_n"], row["test_acc_avg_interval"]) == ("3", "t 95% CI")
         assert float(row["total_bytes_mean"]) == per_round * ROUNDS
         assert float(row["bytes_per_peer_round_mean"]) == per_round / PEERS
         assert float(row["bytes_ratio_to_reference"]) == pytest.approx(ARMS["dense"][0] / per_round)
@@ -86,6 +88,29 @@ def test_reference_option_and_errors(study, tmp_path, capsys):
     assert rows["dense"]["verdict"] == "within"  # 0.82 in 0.81 ± 0.0497
     assert frontier_main([str(study), "--reference", "nope", "--out", str(out)]) == 2
     assert "no arm is labelled 'nope'" in capsys.readouterr().err
+
+
+def test_two_seeds_give_min_max_and_no_verdict(study, tmp_path):
+    """At 2 seeds an arm's interval is the min–max of its values (no t-interval: at n = 2 it is ±12.7 standard
+    errors), and no verdict is drawn from it: the verdicts are defined on confidence intervals only."""
+    two = tmp_path / "two"
+    (two / "runs").mkdir(parents=True)
+    plan = json.loads((study / "plan.json").read_text())
+    kept = [p for p in plan["points"] if p["axes"]["seed"] != str(SEEDS[-1])]
+    for point in kept:
+        (two / "runs" / point["name"]).symlink_to(study / "runs" / point["name"], target_is_directory=True)
+    (two / "plan.json").write_text(json.dumps({**plan, "points": kept}))
+    out = tmp_path / "out2"
+    assert frontier_main([str(two), "--out", str(out)]) == 0
+    with open(out / "frontier.csv", newline="") as fh:
+        rows = {r["codec"]: r for r in csv.DictReader(fh)}
+    for codec, (_, accs) in ARMS.items():
+        row = rows[codec]
+        assert (row["test_acc_avg_n"], row["test_acc_avg_interval"]) == ("2", "min–max")
+        assert (float(row["test_acc_avg_low"]), float(row["test_acc_avg_high"])) == (min(accs[:2]), max(accs[:2]))
+        assert row["verdict"] == "–", codec
+    md = (out / "frontier.md").read_text()
+    assert "min–max, n=2" in md and "±" not in md.split("Rule:")[1]
 
 
 def test_label_colours_read_on_white():

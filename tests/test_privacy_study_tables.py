@@ -1,13 +1,15 @@
-"""analysis.privacy_study and analysis.reconstruction_study read a study folder into their tables: each group's mean
-and t-interval over seeds, ε from each mechanism's own record, and the round each seed first reached its final count
-(against values computed here by hand)."""
+"""analysis.privacy_study and analysis.reconstruction_study read a study folder into their tables: each group's
+mean and interval over seeds (min–max at 2, t from 3), ε from each mechanism's own record, and the round each
+seed first reached its final count (against values computed here by hand)."""
 from __future__ import annotations
 
 import csv
 import json
 import math
+import statistics
 from pathlib import Path
 
+import pytest
 from scipy import stats
 
 from analysis import privacy_study, reconstruction_study
@@ -40,10 +42,25 @@ def test_privacy_table_means_intervals_and_each_mechanisms_epsilon(tmp_path: Pat
                               (dp, {}, {"final": _final(0.4, 0.6)}, rounds),
                               (muff, {}, {"final": _final(0.3, 0.5), "muffliato_eps_mean": 2.5}, [])])
     table = {r["mechanism"]: r for r in privacy_study.rows(study)}
-    half = stats.t.ppf(0.975, 1) * math.sqrt(((0.2 - 0.3) ** 2 + (0.4 - 0.3) ** 2) / 1) / math.sqrt(2)
-    assert math.isclose(table["dp"]["test_acc_avg"], 0.3) and math.isclose(table["dp"]["test_acc_avg_ci"], half)
-    assert table["dp"]["epsilon"] == 1.9  # the last round's largest peer
-    assert table["muffliato"]["epsilon"] == 2.5 and math.isnan(table["muffliato"]["test_acc_avg_ci"])
+    # 2 seeds: the min–max of the two, never a t-interval (±12.7 standard errors: 0.3 ± 1.27 here)
+    dp_row = table["dp"]
+    assert math.isclose(dp_row["test_acc_avg"], 0.3) and (dp_row["test_acc_avg_low"], dp_row["test_acc_avg_high"]) \
+        == (0.2, 0.4) and dp_row["test_acc_avg_interval"] == "min–max"
+    assert (dp_row["test_acc_peer_mean_low"], dp_row["test_acc_peer_mean_high"]) == pytest.approx((0.1, 0.3))
+    assert dp_row["epsilon"] == 1.9  # the last round's largest peer
+    assert table["muffliato"]["epsilon"] == 2.5 and math.isnan(table["muffliato"]["test_acc_avg_low"])
+    assert table["muffliato"]["test_acc_avg_interval"] == "none"
+    three = _study(tmp_path / "three", [(dp, {}, {"final": _final(acc, 0.5)}, rounds) for acc in (0.2, 0.4, 0.99)])
+    (row,) = privacy_study.rows(three)
+    half = stats.t.ppf(0.975, 2) * statistics.stdev([0.2, 0.4, 0.99]) / math.sqrt(3)
+    mean = (0.2 + 0.4 + 0.99) / 3  # 3 seeds: the t 95% interval, cut to accuracy's [0, 1]
+    assert row["test_acc_avg_interval"] == "t 95% CI" and mean + half > 1.0 and mean - half < 0.0
+    assert (row["test_acc_avg_low"], row["test_acc_avg_high"]) == (0.0, 1.0)
+    close = [(dp, {}, {"final": _final(acc, 0.5)}, rounds) for acc in (0.5, 0.52, 0.6)]
+    three = _study(tmp_path / "three-close", close)
+    (row,) = privacy_study.rows(three)
+    half = stats.t.ppf(0.975, 2) * statistics.stdev([0.5, 0.52, 0.6]) / math.sqrt(3)
+    assert (row["test_acc_avg_low"], row["test_acc_avg_high"]) == pytest.approx((0.54 - half, 0.54 + half))
     assert table["dp"]["seeds"] == 2
 
 

@@ -54,18 +54,22 @@ def test_drops_are_paired_by_seed_and_skip_unfinished_seeds(study: Path) -> None
     assert labels == ["iid", "dir0.01"]
     by = {row.axes["algorithm"]: row for row in rows}
     ssl, sl = by["dec-ssl"], by["dec-sl"]
-    mean, half = _ci([0.80 - 0.79, 0.82 - 0.80, 0.81 - 0.81])
-    assert ssl.drops["dir0.01"].mean == pytest.approx(mean) and ssl.drops["dir0.01"].half_width == pytest.approx(half)
-    mean, half = _ci([0.88 - 0.70, 0.86 - 0.74])  # seed 3 has no dir0.01 run: not paired
-    assert sl.drops["dir0.01"].mean == pytest.approx(mean) and sl.drops["dir0.01"].half_width == pytest.approx(half)
+    mean, half = _ci([0.80 - 0.79, 0.82 - 0.80, 0.81 - 0.81])  # 3 seeds: the t 95% interval (a drop: not cut)
+    drop = ssl.drops["dir0.01"]
+    assert (drop.value, drop.low, drop.high) == pytest.approx((mean, mean - half, mean + half))
+    assert drop.kind == "t 95% CI"
+    pairs = [0.88 - 0.70, 0.86 - 0.74]  # seed 3 has no dir0.01 run: not paired; 2 seeds: the min–max, no t
+    drop = sl.drops["dir0.01"]
+    assert (drop.value, drop.low, drop.high, drop.kind) == (pytest.approx(sum(pairs) / 2), min(pairs), max(pairs),
+                                                            "min–max")
     assert sl.pairs["dir0.01"] == 2 and ssl.pairs["dir0.01"] == 3
-    assert sl.levels["iid"].mean == pytest.approx(0.87) and sl.levels["dir0.01"].n == 2
+    assert sl.levels["iid"].value == pytest.approx(0.87) and sl.levels["dir0.01"].n == 2
 
 
 def test_table_cli_and_bad_axis(study: Path, tmp_path: Path, capsys) -> None:
     md, table = shift_table(load_study(study), "probe_acc_avg", "data", "iid")
-    assert "drop iid→dir0.01" in md and "| dec-sl | 0.870 ± " in md
-    assert table.splitlines()[0].startswith("algorithm,iid_mean,dir0.01_mean")
+    assert "drop iid→dir0.01" in md and "| dec-sl | 0.870 [" in md and "±" not in md
+    assert table.splitlines()[0].startswith("algorithm,iid_mean,iid_low,iid_high,iid_n,iid_interval,dir0.01_mean")
     out = tmp_path / "claim.md"
     assert main([str(study), "--out", str(out)]) == 0
     assert out.read_text().startswith("### probe_acc_avg") and (tmp_path / "claim-probe_acc_avg.csv").is_file()
@@ -77,12 +81,13 @@ def test_contrast_is_the_difference_of_drops_paired_by_seed(study: Path, capsys)
     """dec-sl's drop minus dec-ssl's, seed by seed, over the seeds where all four runs finished (1 and 2)."""
     result = contrast(load_study(study), "probe_acc_avg", "data", "iid", "dec-ssl", "dec-sl")
     interval, seeds = result["dir0.01"]
-    mean, half = _ci([(0.88 - 0.70) - (0.80 - 0.79), (0.86 - 0.74) - (0.82 - 0.80)])
-    assert seeds == 2 and interval.mean == pytest.approx(mean) and interval.half_width == pytest.approx(half)
+    diffs = [(0.88 - 0.70) - (0.80 - 0.79), (0.86 - 0.74) - (0.82 - 0.80)]
+    mean, low, high = sum(diffs) / 2, min(diffs), max(diffs)  # 2 seeds: the min–max, never a t-interval
+    assert seeds == 2 and interval.value == pytest.approx(mean) and (interval.low, interval.high) == (low, high)
     flipped, _ = contrast(load_study(study), "probe_acc_avg", "data", "iid", "dec-sl", "dec-ssl")["dir0.01"]
-    assert flipped.mean == pytest.approx(-mean)
+    assert flipped.value == pytest.approx(-mean)
     assert main([str(study), "--contrast", "dec-ssl,dec-sl"]) == 0
-    assert f"| A dec-ssl, B dec-sl | {mean:.3f} ± {half:.3f} (2 seeds) |" in capsys.readouterr().out
+    assert f"| A dec-ssl, B dec-sl | {mean:.3f} [{low:.3f}, {high:.3f}] (min–max, n=2) |" in capsys.readouterr().out
     assert main([str(study), "--contrast", "dec-ssl,moon"]) == 2
     assert "no row 'moon'" in capsys.readouterr().err
     assert main([str(study), "--contrast", "dec-ssl"]) == 2
