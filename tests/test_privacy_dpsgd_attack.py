@@ -64,16 +64,18 @@ def test_updates_reconstructed_exactly_where_identifiable(tmp_path: Path, topolo
     assert final["curious_dpsgd_updates_identifiable"] == len(expected)
     assert final["curious_dpsgd_updates_reconstructed"] == len(expected)  # within 1e-9 relative: exact
     targets = set(range(peers)) - curious
-    every = {v for v in targets if all((t, v) in expected for t in range(1, rounds + 1))}
+    assert not any(t == 1 for t, _ in expected)  # Δ_v(1) only ever travels as x_v(0) + Δ_v(1): never separable
+    every = {v for v in targets if all((t, v) in expected for t in range(2, rounds + 1))}  # the per-peer counts
     assert final["curious_dpsgd_identifiable"] == final["curious_dpsgd_reconstructed"] == len(every)
     far = every - {q for a in curious for q in g.neighbors(a)}
     assert final["curious_dpsgd_reconstructed_non_neighbours"] == len(far)
     errors = {int(p): m["curious_dpsgd_error"] for p, m in run.final_eval()["per_peer"].items()
               if "curious_dpsgd_error" in m}
     assert set(errors) == targets
-    assert {v for v, e in errors.items() if e <= 1e-9} == every
+    assert not {v for v, e in errors.items() if e <= 1e-9}  # the largest error includes round 1's
     if topology == "cycle":  # some updates identifiable (the peers enclosed by the curious ones), some not
         assert 0 < len(expected) < len(targets) * rounds
+        assert every  # the per-peer count is not 0 by construction: the enclosed peers from round 2 on
     if topology == "chain":  # the end hears one message a round and each round brings new unknowns: nothing isolated
         assert expected == set()
     if topology == "star" and curious == {1}:  # the other leaves only reach it through the hub's sum

@@ -4,8 +4,8 @@ Randomized Communication"): every round each peer's model goes to `fanout` = s p
 - ``epidemic`` (EL-Local): each peer sends to s peers drawn uniformly without replacement among the others, one
   way; a receiver averages what arrived with its own model, 1/(1 + messages received) each (the schedule's uniform
   weights over a one-way round's closed in-neighbourhood). Row-stochastic, not column-stochastic: the mean drifts.
-- ``epidemic-oracle`` (EL-Oracle): the round's graph is a uniformly random s-regular graph (both ways), mixed by
-  ``--mixing`` (Metropolis and uniform both give 1/(s+1) on it: doubly stochastic).
+- ``epidemic-oracle`` (EL-Oracle): the round's graph is a random s-regular graph (both ways; asymptotically
+  uniform), mixed by ``--mixing`` (Metropolis and uniform both give 1/(s+1) on it: doubly stochastic).
 
 - ``random-regular`` (static): one random `degree`-regular graph for the whole run, drawn from the stream (seed,
   SHARED, "topology"): the paper's D-PSGD baseline at equal messages a round (degree = s).
@@ -52,7 +52,8 @@ def _support(name: str, check: Callable[[str, int, object], int]) -> Callable[..
 
 
 def _regular(n: int, degree: int, rng: np.random.Generator) -> nx.Graph:
-    """A uniformly random `degree`-regular simple graph on 0..n-1 (networkx's pairing model, seeded from `rng`)."""
+    """A random `degree`-regular simple graph on 0..n-1 (networkx's pairing model, seeded from `rng`: asymptotically
+    uniform over such graphs as n grows, not exactly at small n)."""
     g = nx.Graph()
     g.add_nodes_from(range(n))
     g.add_edges_from(nx.random_regular_graph(degree, n, seed=int(rng.integers(1 << 32))).edges)
@@ -89,7 +90,7 @@ def epidemic(n: int, seed: int, t: int, fanout: int = 1) -> nx.DiGraph:
 
 @register_dynamic("epidemic-oracle", directed=False, support=_support("epidemic-oracle", check_regular), flags=FANOUT)
 def epidemic_oracle(n: int, seed: int, t: int, fanout: int = 1) -> nx.DiGraph:
-    """EL-Oracle (de Vos et al., NeurIPS 2023): each round a uniformly random `fanout`-regular graph (both ways)."""
+    """EL-Oracle (de Vos et al., NeurIPS 2023): each round a random `fanout`-regular graph (both ways)."""
     d = check_regular("epidemic-oracle", n, fanout)
     return both_ways(_regular(n, d, numpy_rng(seed, SHARED, f"epidemic-oracle/{t}")))
 

@@ -10,11 +10,12 @@ own initial values and updates (unit rows) and, for every message a curious peer
 
 The unknowns are bounded: the attack follows the first `--curious-rounds` rounds (R) and refuses
 K(R + 1) > MAX_UNKNOWNS. Each evaluation records, over the non-curious peers and the followed rounds in which the
-peer sent (`curious_dpsgd_` + …): `identifiable` and `reconstructed` (peers whose every update so far is
-identifiable / within --curious-tolerance), `reconstructed_non_neighbours`, `updates_identifiable` and
-`updates_reconstructed` (pairs (peer, round)) and `knowledge_rank`; per peer, `curious_dpsgd_error`, the largest
-relative error of its updates. The truth the attack is scored against (never used to solve) is each sender's message
-minus its model before the round, as every rank sees them; rank 0 holds the system.
+peer sent (`curious_dpsgd_` + …): `identifiable` and `reconstructed` (peers whose every update from round 2
+on is identifiable / within --curious-tolerance: Δ_v(1) never separates from x_v(0); FIRST_SEPARABLE),
+`reconstructed_non_neighbours`, `updates_identifiable` and `updates_reconstructed` (pairs (peer, round)) and
+`knowledge_rank`; per peer, `curious_dpsgd_error`, the largest relative error of its updates (round 1's
+included). The truth the attack is scored against (never used to solve) is each sender's message minus its
+model before the round, as every rank sees them; rank 0 holds the system.
 """
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ from p2pfl.options import Check, catalogue, opt
 
 #: The columns of the knowledge matrix the attack accepts: K · (--curious-rounds + 1).
 MAX_UNKNOWNS = 8192
+#: The first round whose update can be told apart: a non-curious peer's Δ_v(1) only ever reaches a message as
+#: x_v(0) + Δ_v(1) (its first message, and every later one through W), so with x_v(0) unknown it never separates.
+#: The per-peer counts (`identifiable`, `reconstructed`) are over the updates from this round on.
+FIRST_SEPARABLE = 2
 
 
 @CURIOUS.register("reconstruction-dpsgd")
@@ -154,6 +159,7 @@ class DpsgdReconstruction(Reconstruction):
         tiny, prefix = np.finfo(np.float64).tiny, self.prefix
         known: dict[int, list[bool]] = {v: [] for v in self.targets}
         won: dict[int, list[bool]] = {v: [] for v in self.targets}
+        later: dict[int, list[tuple[bool, bool]]] = {v: [] for v in self.targets}  # (known, won) from round 2
         worst: dict[int, float] = {}
         for (t, v), delta in sorted(self.truth.items()):
             if v in self.curious or t > self.options.curious_rounds:
@@ -163,8 +169,11 @@ class DpsgdReconstruction(Reconstruction):
             known[v].append(bool(projected[self.column(t, v)] >= IN_ROW_SPACE))
             won[v].append(error <= self.options.curious_tolerance)
             worst[v] = max(worst.get(v, 0.0), error)
-        every = {v for v in self.targets if won[v] and all(won[v])}
-        return {f"{prefix}identifiable": float(sum(bool(known[v]) and all(known[v]) for v in self.targets)),
+            if t >= FIRST_SEPARABLE:
+                later[v].append((known[v][-1], won[v][-1]))
+        every = {v for v in self.targets if later[v] and all(w for _, w in later[v])}
+        return {f"{prefix}identifiable": float(sum(bool(later[v]) and all(k for k, _ in later[v])
+                                                   for v in self.targets)),
                 f"{prefix}reconstructed": float(len(every)),
                 f"{prefix}reconstructed_non_neighbours": float(len(every.intersection(self.far))),
                 f"{prefix}updates_identifiable": float(sum(sum(known[v]) for v in self.targets)),
