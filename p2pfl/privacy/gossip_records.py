@@ -20,13 +20,15 @@ class MuffliatoRound(RoundRecord, total=False):
 
 class MuffliatoSummary(Summary, total=False):
     """summary.json of --gossip muffliato: the pairs' ε at the end, local DP's for the same noise, ε by hop distance
-    ([d, mean, max]), δ, and the run folder's file of the K × K matrix (row u, column v: ε_{u→v})."""
+    ([d, mean, max]), δ, the ledger's mode (`exact` or `reach`, p2pfl.privacy.muffliato) and the run folder's file
+    of the K × K matrix (row u, column v: ε_{u→v})."""
 
     muffliato_eps_max: float
     muffliato_eps_mean: float
     muffliato_ldp_eps: float
     muffliato_delta: float
     muffliato_eps_by_distance: list[list[float]]
+    muffliato_ledger: str
     muffliato_matrix: str
 
 

@@ -10,26 +10,57 @@ then S gossip steps; the noise is added once a round, the S − 1 repeats are pu
 noise is added only the first time a peer takes part (the paper's averaging, Algorithm 1: one noisy value, then
 every round's gossip steps), which `--algorithm consensus` runs.
 
-The ledger (`PairwiseLedger`) is the paper's pairwise network Rényi DP (its Theorem 1 for averaging on a fixed W,
-stated here for the run's own sequence of W): peer v observes, at every gossip step s, the messages of its
-in-neighbours w, each (P_s x̃)_w with P_s = W_s ⋯ W_1 the product of the steps since the noise was added (P_0 = I).
-That message is a Gaussian mechanism on u's value with sensitivity |(P_s)_wu|·Δ and noise variance σ²‖(P_s)_w‖², so
-by composition over what v observes
+The ledger (`PairwiseLedger`): pairwise network Rényi DP, ε_{u→v}(α) = α·ρ_{u→v}, of what peer v sees about peer
+u's value. Noise draws t = 1..J (J = the rounds so far, or 1 under --muffliato-once); draw t adds c_t + η_t to every
+peer's vector, c_t ∈ R^K the values (one coordinate of the vectors; the coordinates are independent and add up),
+η_t ~ N(0, σ²I). Q_{t,s} = W_{s−1} ⋯ W_{t₀} is the product of the gossip steps between draw t and step s (I at the
+first step after it). At step s, v receives from each w it hears (w ≠ v) its current value, Σ_{t drawn by s}
+(Q_{t,s})_w (c_t + η_t); v also knows its own c_{t,v} and η_{t,v}, so it subtracts them: its view, over every
+step of the run so far and every draw before each step (not only that round's steps: the old ledger's flaw), is
 
-    ρ_{u→v} = Δ²/(2σ²) · Σ_s Σ_{w ∈ N_s(v), w ≠ v} (P_s)_wu² / ‖(P_s)_w‖²,        ε_{u→v}(α) = α·ρ_{u→v},
+    Y = B (c + η),   B = the rows (Q_{t,s})_w over all draws t side by side, column v of each block zeroed,
 
-Δ = --muffliato-sensitivity, the L2 sensitivity of a peer's vector to its private data (for clipped gradients,
-η times the clipping bound's sensitivity). Since v's whole view is a function of the noisy values x̃, ρ_{u→v} is also
-at most Δ²/(2σ²), local DP's, which caps each noise injection's sum (the paper's code clips likewise). Without
---muffliato-once the rounds compose, each round's fresh noise against that round's S steps (the paper's
-Muffliato-GD composes T such averaging steps). ε at --muffliato-delta is p2pfl.privacy.gaussian.epsilon_at.
+a Gaussian of covariance σ²BBᵀ. Changing u's data moves c_{t,u} by d_t, |d_t| ≤ Δ (--muffliato-sensitivity), and
+Y's mean by Σ_t d_t b_t, b_t = B's column (t, u); the Rényi divergence of order α is α/(2σ²)·‖Σ_t d_t b_t‖²_{(BBᵀ)⁺}.
+With q_t = b_tᵀ(BBᵀ)⁺b_t = (Π_B)_{(t,u),(t,u)} (Π_B = Bᵀ(BBᵀ)⁺B the projector on B's row space), the ledger is
 
-Records: every round `muffliato_eps_max` and `muffliato_eps_mean` over the ordered pairs u ≠ v (cumulative, at δ);
-summary.json adds the local-DP ε of the same noise (`muffliato_ldp_eps`), ε by graph distance
-(`muffliato_eps_by_distance`, [distance, mean, max] on the run's topology graph) and the matrix's file; the full
-K × K matrix of ε_{u→v} (row u, column v) is `muffliato_eps.npy` in the run folder. The ledger is computed from the
-schedule's networks (link failures, churn and participation included) on rank 0 in O(S·K³) a round, and replayed
-from round 1 after --resume; a message rejected as non-finite (a fault) still counts as observed.
+    ρ_{u→v} = Δ²/(2σ²) · min( (Σ_t √q_t)²,  n_{u→v} ),   n_{u→v} = the draws t whose b_t ≠ 0 (u's draw reached v).
+
+It is an upper bound (≥ the exact divergence):
+  (i) the seminorm's triangle inequality: ‖Σ_t d_t b_t‖ ≤ Σ_t |d_t|·‖b_t‖ ≤ Δ Σ_t √q_t, for every change of u's
+      values in every draw (Muffliato-GD: fresh data each round) and so for a change of the first draw's value alone
+      (averaging; `--algorithm consensus` without --muffliato-once: q_1 ≤ (Σ_t √q_t)²); for vectors, coordinate by
+      coordinate, the same with ‖d_t‖₂ ≤ Δ;
+  (ii) n_{u→v}: the view is a function of the independent per-draw views B_t(c_t + η_t), each of which costs u at
+      most local DP's Δ²/(2σ²) (a function of the noisy vector c_t + η_t) and nothing if b_t = 0; divergences of
+      independent releases add.
+It exceeds the exact value by at most a factor J: with random signs d_t = ±Δ, E‖Σ_t d_t b_t‖² = Δ²Σ_t q_t, so the
+exact (the worst d) is ≥ Δ²Σ_t q_t ≥ Δ²(Σ_t √q_t)²/J (Cauchy–Schwarz). Under --muffliato-once J = 1 and the ledger
+is the exact value itself. Against the averaging value alone (the first draw, later draws pure noise) the ratio is
+not bounded: it is the price of accounting fresh data every round. The values are taken as fixed functions of the
+data, as in the paper's averaging analysis; for Muffliato-GD a round's gradient depends on the earlier noisy models,
+which this ledger, like the paper's composition over GD rounds, does not account for. No collusion: a coalition sees
+the union of its members' views.
+
+Why not the paper's sum, Σ_s Σ_w (Q_s)²_wu / ‖(Q_s)_w‖² (its code, private.py): it adds up each message's
+divergence as if the messages' noises were independent; they are not (the same η, mixed again), and the sum can be
+below the exact value (by 7× on the cycle of 8 with one noise draw), so it is not used.
+
+Computation: for each observer v an orthonormal basis of B's row space grows step by step (the new rows'
+components outside it, projected out twice; a direction whose size is below 1e-10 of its message's norm is taken
+as rounding and dropped: the one approximation, shared with any float64 pseudo-inverse), and q_t is the squared norm
+of the basis' column (t, u). That is dense, O(J·K) numbers a basis row: while the bases hold at most `DENSE_LIMIT`
+numbers in all (a ring of 16 peers over 100 rounds fits), the ledger is `exact`; past it, it drops them and records
+(ii) alone, n_{u→v}·Δ²/(2σ²) (`reach`: still an upper bound, without the network's amplification for the pairs
+reached). The summary says which (`muffliato_ledger`).
+
+Records: every round `muffliato_eps_max` and `muffliato_eps_mean` over the ordered pairs u ≠ v (cumulative, at δ =
+--muffliato-delta; ε = p2pfl.privacy.gaussian.epsilon_at of ρ); summary.json adds the local-DP ε of the same noise
+(`muffliato_ldp_eps`), ε by graph distance (`muffliato_eps_by_distance`, [distance, mean, max] on the run's topology
+graph) and the matrix's file; the full K × K matrix of ε_{u→v} (row u, column v) is `muffliato_eps.npy` in the run
+folder. The ledger is computed from the schedule's networks (link failures, churn and participation included) on
+rank 0, and replayed from round 1 after --resume; a message rejected as non-finite (a fault) still counts as
+observed. Under --muffliato-once the noise is taken as drawn in round 1 for every peer.
 """
 from __future__ import annotations
 
@@ -43,6 +74,10 @@ from p2pfl.seeding import torch_generator
 MATRIX_FILE = "muffliato_eps.npy"
 #: The state key of a peer that has added its noise (--muffliato-once).
 NOISED = "muffliato_noised"
+#: The most numbers the observers' bases may hold in all before the ledger falls back to `reach`.
+DENSE_LIMIT = 20_000_000
+#: A new direction smaller than this fraction of its message's norm is rounding, not information.
+TOLERANCE = 1e-10
 
 
 def noise(seed: int, peer: int, round: int, like: torch.Tensor, sigma: float) -> torch.Tensor:
@@ -52,38 +87,70 @@ def noise(seed: int, peer: int, round: int, like: torch.Tensor, sigma: float) ->
 
 
 class PairwiseLedger:
-    """ρ_{u→v} of the module docstring, accumulated step by step: `inject` when the peers add fresh noise, `step`
-    for every gossip step (its W and who hears whom), `rho` the totals (row u, column v; the diagonal is 0)."""
+    """ρ_{u→v} of the module docstring, kept step by step: `inject` when the peers draw fresh noise, `step` for
+    every gossip step (its W and who hears whom), `rho` the totals (row u, column v; the diagonal is 0)."""
 
-    def __init__(self, n: int, scale: float) -> None:
-        self.n, self.scale = n, scale  # scale: Δ²/(2σ²), local DP's ρ of one injection
-        self.closed = np.zeros((n, n))  # the injections before the current one, each capped at `scale`
-        self.current = np.zeros((n, n))  # the current injection's sum so far
-        self.product: np.ndarray | None = None  # P_s since the current injection
+    def __init__(self, n: int, scale: float, dense_limit: int = DENSE_LIMIT) -> None:
+        self.n, self.scale, self.dense_limit = n, scale, dense_limit  # scale: Δ²/(2σ²), local DP's ρ of a draw
+        self.products: list[np.ndarray] = []  # Q_t: the gossip steps since draw t
+        self.reached: list[np.ndarray] = []  # per draw, [u, v]: b_t ≠ 0
+        self.bases: list[np.ndarray] | None = [np.zeros((0, 0)) for _ in range(n)]  # per v, rows orthonormal
+
+    @property
+    def mode(self) -> str:
+        """`exact` while the bases are kept, `reach` once they outgrew `dense_limit`."""
+        return "exact" if self.bases is not None else "reach"
 
     def inject(self) -> None:
-        """Fresh noise: the current injection's sum is closed (capped at local DP's) and P restarts at I."""
-        self.closed += np.minimum(self.current, self.scale)
-        self.current = np.zeros((self.n, self.n))
-        self.product = np.eye(self.n)
+        """A fresh noise draw: its product starts at I, and the bases gain its K columns (zero in older rows)."""
+        self.products.append(np.eye(self.n))
+        self.reached.append(np.zeros((self.n, self.n), dtype=bool))
+        if self.bases is not None:
+            self.bases = [np.hstack([U, np.zeros((U.shape[0], self.n))]) for U in self.bases]
 
     def step(self, W: np.ndarray, hears: np.ndarray) -> None:
-        """One gossip step: v observes (P x̃)_w from each w with hears[v, w] (w ≠ v), then P ← W P."""
-        assert self.product is not None, "a gossip step before any noise"
-        squared = self.product ** 2
-        norms = squared.sum(axis=1)
-        share = np.divide(squared, norms[:, None], out=np.zeros_like(squared), where=norms[:, None] > 0)
-        observed = np.array(hears, dtype=np.float64)
-        np.fill_diagonal(observed, 0.0)
-        self.current += self.scale * (observed @ share).T  # [u, v] = Σ_w hears[v, w] share[w, u]
-        self.product = W @ self.product
+        """One gossip step: v receives every w's current value with hears[v, w] (w ≠ v), then Q_t ← W Q_t."""
+        assert self.products, "a gossip step before any noise"
+        observed = np.array(hears, dtype=bool)
+        np.fill_diagonal(observed, False)
+        for Q, reached in zip(self.products, self.reached):
+            reached |= (observed.astype(np.float64) @ (Q != 0)).T > 0  # [u, v]: Σ_w hears[v, w]·[Q_wu ≠ 0]
+        if self.bases is not None:
+            self.bases = [self._grow(U, v, np.flatnonzero(observed[v])) for v, U in enumerate(self.bases)]
+            if sum(U.size for U in self.bases) > self.dense_limit:
+                self.bases = None
+        self.products = [W @ Q for Q in self.products]
+
+    def _grow(self, U: np.ndarray, v: int, senders: np.ndarray) -> np.ndarray:
+        """U with the directions of v's new rows (Q_t)_w, w in `senders`, that it lacks (v's columns zeroed)."""
+        if senders.size == 0:
+            return U
+        rows = np.hstack([Q[senders] for Q in self.products])
+        rows[:, v::self.n] = 0.0
+        norms = np.linalg.norm(rows, axis=1)
+        rows, norms = rows[norms > 0], norms[norms > 0]
+        if rows.size == 0:
+            return U
+        rows = rows / norms[:, None]
+        for _ in range(2):  # projected out twice: Gram-Schmidt's lost orthogonality restored
+            rows = rows - (rows @ U.T) @ U
+        _, sizes, directions = np.linalg.svd(rows, full_matrices=False)
+        return np.vstack([U, directions[sizes > TOLERANCE]])
 
     @property
     def rho(self) -> np.ndarray:
-        """ρ_{u→v} so far (row u, column v), each injection capped at local DP's."""
-        total = self.closed + np.minimum(self.current, self.scale)
-        np.fill_diagonal(total, 0.0)
-        return total
+        """ρ_{u→v} so far (row u, column v; diagonal 0)."""
+        draws = np.sum(self.reached, axis=0, dtype=np.float64) if self.reached else np.zeros((self.n, self.n))
+        if self.bases is not None and self.reached:
+            J = len(self.products)
+            total = np.zeros((self.n, self.n))
+            for v, U in enumerate(self.bases):
+                q = np.minimum((U ** 2).sum(axis=0).reshape(J, self.n), 1.0)  # [t, u]: (Π_B) diagonal
+                total[:, v] = np.sqrt(q).sum(axis=0) ** 2
+            draws = np.minimum(total, draws)
+        out = self.scale * draws
+        np.fill_diagonal(out, 0.0)
+        return out
 
 
 def off_diagonal(matrix: np.ndarray) -> np.ndarray:

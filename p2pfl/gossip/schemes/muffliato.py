@@ -57,8 +57,9 @@ class Muffliato(NoisyGossip):
             self.ledger = PairwiseLedger(ctx.n_peers, gaussian_rho(self.sensitivity, self.sigma))
         ctx.record_manifest(**{MANIFEST_KEY: {
             "mechanism": "muffliato", "noise": self.sigma, "sensitivity": self.sensitivity, "once": self.once,
-            "delta": self.delta, "guarantee": "pairwise network Renyi DP (Cyffers et al. 2022, Theorem 1 on the "
-                                              "run's W sequence; rounds composed), capped at local DP per noise draw",
+            "delta": self.delta, "guarantee": "pairwise network Renyi DP (Cyffers et al. 2022): an upper bound on "
+                                              "the exact divergence of v's whole linear Gaussian view, every noise "
+                                              "draw over every later gossip step (p2pfl.privacy.muffliato)",
             "assumes": "honest-but-curious peers that do not collude; the declared sensitivity"}})
 
     def noisy(self, vectors: dict[int, torch.Tensor], state: dict[int, State], net: RoundNetwork,
@@ -75,7 +76,8 @@ class Muffliato(NoisyGossip):
         return out
 
     def account(self, round: int, net: RoundNetwork) -> None:
-        """Fresh noise (every round, or round 1 under --muffliato-once), then the round's S gossip steps."""
+        """Fresh noise (every round, or round 1 under --muffliato-once), then the round's S gossip steps (every
+        earlier draw is observed through them too: the ledger's view spans the whole run)."""
         assert self.ledger is not None
         if not self.once or round == 1:
             self.ledger.inject()
@@ -94,6 +96,7 @@ class Muffliato(NoisyGossip):
             return {}
         ldp = epsilon_at(self.injections * self.ledger.scale, self.delta)
         return {**self.metrics(), "muffliato_ldp_eps": float(ldp), "muffliato_delta": self.delta,
+                "muffliato_ledger": self.ledger.mode,
                 "muffliato_eps_by_distance": by_distance(epsilon_at(self.ledger.rho, self.delta), self.graph),
                 "muffliato_matrix": MATRIX_FILE}
 
