@@ -23,6 +23,7 @@ from topologies import (  # noqa: F401  (register the builtins)
     grids,
     hypercube,
     k_peer_exponential,
+    sgp_exponential,
     teleport,
 )
 from topologies.base import TopologyError, build, names, parse_params, register, registry

@@ -52,7 +52,7 @@ DOUBLY_STOCHASTIC = "doubly-stochastic"
 #: G rebuilt from the update, which would round x½ differently).
 UPDATED_ONLY = "updated-only"
 #: ... its round with g = 0 is a pure gossip step (its state holds no gradient that would advance), so it may repeat
-#: on the round's network: --gossip-steps S > 1 (SGP's two gossip steps per SGD step; `Scheme.rounds`).
+#: on the round's network: --gossip-steps S > 1 (e.g. push-sum's two-step variant; `Scheme.rounds`).
 MULTI_STEP = "multi-step"
 
 
@@ -200,7 +200,7 @@ class MultiStepOptions:
 
     gossip_steps: int = opt(1, "gossip steps S per SGD step: the scheme's round, then S − 1 pure gossip steps (g = 0) "
                                "on the same round's network (a time-varying graph gives its round's graph S times; "
-                               "link failures are drawn once a round); SGP's published runs took 2. Only the "
+                               "link failures are drawn once a round); SGP's published code takes 1. Only the "
                                "schemes marked multi-step (--help gossip)", bounds=">= 1")
 
 

@@ -13,8 +13,12 @@ z⁺ = x⁺/w⁺. So Σ_i w_i z_i = Σ_i x_i is what push-sum conserves (to roun
 reports stays the mean of the z_i. A returning peer does not take its neighbours' mix (--rejoin mix): it would
 replace z while w stays, creating or destroying mass. Push-sum splits evenly: no --weight-by-data.
 
-With --gossip-steps S (SGP's published runs took two), x and w are both mixed S times a round, X⁺ = P^S(X − ηG),
-w⁺ = P^S w, and the peer holds z⁺ = x⁺/w⁺ (the numerator rebuilt from z once, before the first step)."""
+SGP as its published code runs it (facebookresearch/stochastic_gradient_push) is this scheme with one gossip step
+per SGD step on `--topology sgp-exponential` (one peer a round, i -> i + 2^((t−1) mod τ)), Nesterov momentum kept
+across rounds: `--gossip push-sum --topology sgp-exponential --optimizer sgd --momentum 0.9 --nesterov
+--keep-optimizer` (docs/optimisers.md; tests/test_sgp_published.py). With --gossip-steps S (S = 2: the two-step
+variant, not the published form), x and w are both mixed S times a round, X⁺ = P^S(X − ηG), w⁺ = P^S w, and the
+peer holds z⁺ = x⁺/w⁺ (the numerator rebuilt from z once, before the first step)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
