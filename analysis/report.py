@@ -3,12 +3,14 @@
     python -m analysis.report RUN_DIR [RUN_DIR ...] [--out report.md] [--baseline LOCAL_RUN_DIR] [--no-plots]
                               [--metrics NAME,NAME] [--transpose] [--plot-format png,pdf,svg]
     python -m analysis.report STUDY_DIR [--out REPORT_DIR] [--no-plots] [--metric NAME] [--aggregate mean|iqm]
-                              [--target VALUE [--direction higher|lower]] [--plot-format png,pdf,svg]
+                              [--target VALUE [--direction higher|lower]] [--compare AXIS]
+                              [--plot-format png,pdf,svg]
 
 A folder with a plan.json is a study (runs over a grid of options x seeds): its report (groups over seeds, their
 mean or, with --aggregate iqm, interquartile mean, with an interval that says what it is: analysis.intervals;
 analysis.study) and its figures (analysis.study_plots) are written into STUDY_DIR/report/ unless --out says where
-(`write_study_report`); --target adds each group's time to reach that value of the metric (analysis.target).
+(`write_study_report`); --target adds each group's time to reach that value of the metric (analysis.target);
+--compare AXIS adds compare-AXIS.png, the arms of that axis as lines on one shared axis (analysis.study_plots).
 
 Draws each run's plots beside the report, into ``<report>-plots/<run>/`` (report.md: report-plots/; never into a
 run's own plots/, which stay as the run drew them), prints one markdown table with a row per run (algorithm,
@@ -240,8 +242,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "network average and peers' mean, and the plain metrics)")
     parser.add_argument("--transpose", action="store_true",
                         help="runs only: the run table with a row per field and a column per run")
-    parser.add_argument("--metric", help="study only: the metric of the figures (default: the test, kNN or probe "
-                                         "accuracy the runs report)")
+    parser.add_argument("--metric", help="study only: the metric of the report's lead sentence, first columns and "
+                                         "figures (default: the peers' mean of the test, kNN or probe accuracy the "
+                                         "runs report, else its network average)")
+    parser.add_argument("--compare", metavar="AXIS",
+                        help="study only: also draw compare-AXIS.png: the metric over rounds with the arms of AXIS "
+                             "(e.g. topology) as lines on one shared axis, one panel each for the peers' mean, the "
+                             "worst peer and the network average")
     parser.add_argument("--aggregate", choices=AGGREGATES,
                         help="study only: each group's value over its seeds, in the tables and figures: mean "
                              "(default; from 3 seeds a Student-t 95%% CI) or iqm, the interquartile mean for many "
@@ -273,10 +280,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for given, flag in ((args.metrics, "--metrics"), (args.transpose or None, "--transpose")):
             if given is not None:
                 print(f"analysis.report: note: {flag} applies to run folders only", file=sys.stderr)
+        if args.compare is not None and args.no_plots:
+            print("analysis.report: note: --compare draws a figure; --no-plots draws none", file=sys.stderr)
         return _study_main(studies[0], args.out, not args.no_plots, args.metric, args.target, args.direction,
-                           formats, args.aggregate or MEAN)
+                           formats, args.aggregate or MEAN, args.compare)
     for given, flag in ((args.metric, "--metric"), (args.target, "--target"), (args.direction, "--direction"),
-                        (args.aggregate, "--aggregate")):
+                        (args.aggregate, "--aggregate"), (args.compare, "--compare")):
         if given is not None:
             print(f"analysis.report: note: {flag} applies to study folders only", file=sys.stderr)
 
@@ -324,15 +333,25 @@ def plots_folder(report: Path) -> Path:
 def write_study_report(study_dir: str | os.PathLike, out: str | os.PathLike | None = None, plots: bool = True,
                        metric: str | None = None, target: float | None = None,
                        direction: str | None = None, formats: str | Sequence[str] = "png",
-                       aggregate: str = MEAN) -> tuple[str, list[Path]]:
+                       aggregate: str = MEAN, compare: str | None = None) -> tuple[str, list[Path]]:
     """Write report.md, table.csv and (unless ``plots`` is False) the figures, in ``formats`` (png, pdf, svg),
     into ``out`` (default STUDY_DIR/report; an ``out`` ending in .md names the markdown file, the rest goes
     beside it), with the time to ``target`` of the metric when given (analysis.target), each group's value over
-    its seeds their ``aggregate`` (mean or iqm, analysis.intervals); return the markdown and the files written."""
+    its seeds their ``aggregate`` (mean or iqm, analysis.intervals), and with ``compare`` (an axis) the figure
+    comparing its arms on one axis (analysis.study_plots.plot_compare); return the markdown and the files
+    written. The headline metric (lead sentence, first columns, figures) is ``metric``, else
+    analysis.study.headline_metric's (the peers' mean first)."""
     study = load_study(study_dir)
     if metric is not None and study.metrics and metric not in study.metrics:
         raise StudyFolderError(f"no finished run reports the metric {metric!r}; they report: "
                                + ", ".join(study.metrics))
+    if compare is not None:
+        from .study_plots import compare_axis_error
+
+        error = compare_axis_error(study, compare)
+        if error is not None:
+            raise StudyFolderError(error)
+    lead = headline_metric(study, metric)
     goal = _target(study, metric, target, direction)
     target = Path(out) if out is not None else study.path / "report"
     md_path = target if target.suffix == ".md" else target / "report.md"
@@ -344,14 +363,14 @@ def write_study_report(study_dir: str | os.PathLike, out: str | os.PathLike | No
         from .style import plot_formats, saved_files  # matplotlib, only when drawing
 
         with plot_formats(formats):
-            figures = plot_study(study, folder, headline_metric(study, metric), aggregate)
+            figures = plot_study(study, folder, lead, aggregate, compare=compare)
             drawn = [file for path in figures.values() for file in saved_files(path)]
     selection = load_selection(study.path)
     sections = ([tuning_markdown(selection)] if selection is not None else []) + (
         [target_markdown(study, goal, aggregate)] if goal is not None else [])
-    text = build_study_markdown(study, figures, base=folder, sections=sections, aggregate=aggregate)
+    text = build_study_markdown(study, figures, base=folder, sections=sections, aggregate=aggregate, lead=lead)
     write_atomic(folder / "table.csv", study_table_csv(study, target_columns(goal, aggregate) if goal is not None
-                                                       else (), aggregate))
+                                                       else (), aggregate, lead=lead))
     write_atomic(md_path, text)
     return text, [md_path, folder / "table.csv", *drawn]
 
@@ -380,11 +399,13 @@ def _target(study: Study, metric: str | None, value: float | None, direction: st
 
 
 def _study_main(study_dir: str, out: str | None, plots: bool, metric: str | None, target: float | None = None,
-                direction: str | None = None, formats: Sequence[str] = ("png",), aggregate: str = MEAN) -> int:
+                direction: str | None = None, formats: Sequence[str] = ("png",), aggregate: str = MEAN,
+                compare: str | None = None) -> int:
     """The study report: print the markdown, write report.md, table.csv and the figures."""
     return print_written("analysis.report", lambda: write_study_report(study_dir, out, plots=plots, metric=metric,
                                                                        target=target, direction=direction,
-                                                                       formats=formats, aggregate=aggregate))
+                                                                       formats=formats, aggregate=aggregate,
+                                                                       compare=compare))
 
 
 if __name__ == "__main__":

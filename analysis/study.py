@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from p2pfl.records import PEER_MAX, PEER_MIN
+from p2pfl.records import AVG, PEER_MAX, PEER_MEAN, PEER_MIN
 from p2pfl.study.folder import StudyFolder
-from topologies.measures import N_EFF_GAMMA, Matrix, n_eff, p_worst
-from topologies.stats import second_eigenvalue_modulus, sparse_mixing_of
+from topologies.measures import N_EFF_GAMMA, Matrix, expected_contraction, n_eff, p_worst
+from topologies.stats import CLOSED_FORM, second_eigenvalue_modulus, sparse_mixing_of
 
 from .intervals import MEAN, Estimate, cell, csv_cells, csv_columns, estimate, note
 from .labels import metric_range
@@ -40,7 +40,8 @@ from .runs import Run, RunFolderError, is_number, load_run
 
 __all__ = [
     "Group", "Interval", "Point", "Study", "StudyFolderError", "build_study_markdown", "constant_metrics",
-    "groups_markdown", "MEASURES", "headline_metric", "is_study", "load_point", "load_study", "mean_ci", "spectral_gap",
+    "groups_markdown", "MEASURES", "headline_metric", "is_study", "lead_sentence", "ordered_metrics",
+    "report_metrics", "load_point", "load_study", "mean_ci", "spectral_gap",
     "study_table_csv", "t_quantile", "topology_measures",
 ]
 
@@ -50,9 +51,14 @@ CONFIDENCE = 0.95
 #: Point states: finished (summary.json), failed (non-zero exit status, or a run folder that cannot be read),
 #: started but not finished (no summary, no exit status), never started.
 DONE, FAILED, UNFINISHED, MISSING = "done", "failed", "unfinished", "missing"
-#: The figures' default metric: the first of these the runs report, else the first metric with "acc" in it.
-HEADLINE_METRICS = ("test_acc_avg", "knn_acc_avg", "probe_acc_avg", "task_metric_peer_mean", "test_acc_peer_mean",
-                    "knn_acc_peer_mean", "probe_acc_peer_mean")
+#: The report's headline metric (its lead sentence, the first columns, the figures' default): the peers' own models
+#: first (their mean), the network average (``_avg``, the average of every peer's model: a model no peer holds)
+#: only where the peers were not scored at every evaluation (``headline_metric``); else the first metric with "acc".
+HEADLINE_METRICS = ("test_acc_peer_mean", "knn_acc_peer_mean", "probe_acc_peer_mean", "task_metric_peer_mean",
+                    "test_acc_avg", "knn_acc_avg", "probe_acc_avg")
+#: The order of one quantity's columns: the peers' mean, the worst peer, the network average beside them, then the
+#: best peer, the untrained model and the rest (``ordered_metrics``).
+ROLE_ORDER = ("peer_mean", "worst", "avg", "best", "untrained", "value")
 
 
 class StudyFolderError(ValueError):
@@ -100,20 +106,37 @@ def spectral_gap(mixing: Sequence[Sequence[float]] | Matrix) -> float:
     return 1.0 - second_eigenvalue_modulus(mixing if sp.issparse(mixing) else np.asarray(mixing, dtype=float))
 
 
-#: The topology measures of the groups table, table.csv and the measures figure (SPEC §10): key -> label.
-MEASURES = {"spectral_gap": "spectral gap 1 − |λ2(W)|", "p": "p (Koloskova et al.)", "n_eff": "n_eff(γ)"}
+#: The topology measures of the groups table, table.csv and the measures figure (SPEC §10; defined in
+#: p2pfl.network.mixing_measures): key -> label naming its definition, one definition per key on every row.
+MEASURES = {"spectral_gap": "spectral gap 1 − |λ2(E[W])|",
+            "p": "p = 1 − λmax E[(W−J)ᵀ(W−J)] (worst case)",
+            "p_mean": "p_mean = 1 − mean contraction on random X",
+            "n_eff": "n_eff(γ) of E[W]"}
+
+
+def old_estimate(topology: dict[str, Any]) -> bool:
+    """Whether a manifest topology record predates stats["mixing"] and holds a changing network's random-X estimate
+    of p (old `p_source`): its spectral gap, p and n_eff cannot be recomputed from the folder, only p_mean read."""
+    stats = topology.get("stats") or {}
+    return "mixing" not in stats and stats.get("p_source", CLOSED_FORM) != CLOSED_FORM
 
 
 def topology_measures(topology: dict[str, Any]) -> dict[str, float | None]:
-    """A manifest topology record's MEASURES: spectral_gap and, from the record's stats, p (the run's: estimated over
-    its rounds for a changing network) and n_eff; a record written before they existed gets them from its
-    mixing matrix (the closed-form p of that W, n_eff at the default γ; None for a non-symmetric W). W is read
-    sparse (topologies.stats.sparse_mixing_of), from either record form."""
-    w = sparse_mixing_of(topology)
+    """A manifest topology record's MEASURES, from its stats["mixing"] (p2pfl.network.mixing_measures). A record
+    written before it: one whose p is the closed form (a static network, nothing drawn) gets all four from its W by
+    the same definitions, exact (what its stats already hold is reused: the same functions of the same W; n_eff at
+    its γ, else the default); one holding a changing network's random-X estimate (`old_estimate`) gets that as
+    p_mean, and None for the rest. W is read sparse (topologies.stats.sparse_mixing_of), from either record form."""
     stats = topology.get("stats") or {}
+    if "mixing" in stats:
+        return {m: stats["mixing"].get(m) for m in MEASURES}
+    if old_estimate(topology):
+        return {"spectral_gap": None, "p": None, "p_mean": stats.get("p"), "n_eff": None}
+    w = sparse_mixing_of(topology)
     return {"spectral_gap": spectral_gap(w),
-            "p": stats["p"] if "p" in stats else p_worst(w),
-            "n_eff": stats["n_eff"] if "n_eff" in stats else n_eff(w, N_EFF_GAMMA)}
+            "p": stats["p_worst"] if "p_worst" in stats else stats["p"] if "p" in stats else p_worst(w),
+            "p_mean": 1.0 - expected_contraction(w),
+            "n_eff": stats["n_eff"] if "n_eff" in stats else n_eff(w, stats.get("n_eff_gamma", N_EFF_GAMMA))}
 
 
 # ----- the study folder -------------------------------------------------------------------------------------------
@@ -220,7 +243,7 @@ class Group:
 
     @property
     def spectral_gap(self) -> float | None:
-        """Mean 1 − |λ2(W)| of the manifests' mixing matrices."""
+        """Mean spectral gap 1 − |λ2(E[W])| of the runs' networks (MEASURES)."""
         return self.measure("spectral_gap")
 
 
@@ -274,14 +297,104 @@ def load_study(path: str | os.PathLike) -> Study:
     return Study(root, str(plan.get("name") or root.name), axes, points, list(groups.values()))
 
 
+def evaluations(study: Study, metric: str) -> int:
+    """The most evaluation records of one finished run that hold ``metric`` (1: the final evaluation alone)."""
+    return max((sum(metric in (r.get("metrics") or {}) for r in p.run.evals) for p in study.points
+                if p.state == DONE and p.run is not None), default=0)
+
+
 def headline_metric(study: Study, prefer: str | None = None) -> str | None:
-    """The metric of the figures: ``prefer`` if given, else the first of HEADLINE_METRICS the runs report, else
-    the first with "acc" in its name, else the first."""
-    metrics = study.metrics
+    """The report's metric (figures, lead sentence, first columns): ``prefer`` if given, else the first of
+    HEADLINE_METRICS the runs report (the peers' mean before the network average), else the first with "acc" in
+    its name (a peer mean first), else the first. A peers' mean scored at the final evaluation alone (a study run
+    with ``peer_scores: final``) gives way to its network average where that was evaluated more often: the figures
+    over rounds need the series."""
     if prefer is not None:
         return prefer
-    return next((m for m in HEADLINE_METRICS if m in metrics), None) or next(
-        (m for m in metrics if "acc" in m), metrics[0] if metrics else None)
+    metrics = study.metrics
+    for name in HEADLINE_METRICS:
+        if name not in metrics:
+            continue
+        avg = name.removesuffix(PEER_MEAN) + AVG
+        if name.endswith(PEER_MEAN) and avg in metrics and evaluations(study, name) < min(2, evaluations(study, avg)):
+            continue
+        return name
+    acc = [m for m in metrics if "acc" in m]
+    return next((m for m in acc if m.endswith(PEER_MEAN)), None) or next(iter(acc), metrics[0] if metrics else None)
+
+
+def worst_peer(base: str) -> str:
+    """The suffix of a quantity's worst peer: the lowest (``_peer_min``) where higher is better, the highest
+    (``_peer_max``) for a loss, error, distance, drift or shift (analysis.target.metric_lower_is_better)."""
+    from .target import metric_lower_is_better  # imports this module
+
+    return PEER_MAX if metric_lower_is_better(base) else PEER_MIN
+
+
+def _role(name: str) -> tuple[str, str]:
+    """(base, role of ROLE_ORDER) of a metric name: the worst and best peer by the quantity's direction."""
+    from .metric_panels import split_metric_name
+
+    base, role = split_metric_name(name)
+    if role in ("peer_min", "peer_max"):
+        role = "worst" if "_" + role == worst_peer(base) else "best"
+    return base, role if role in ROLE_ORDER else "value"
+
+
+def ordered_metrics(metrics: Sequence[str], lead: str | None = None) -> list[str]:
+    """``metrics`` with each quantity's columns together, the peers' own models first (ROLE_ORDER: their mean, the
+    worst peer, then the network average beside them), the quantities in order of first appearance but ``lead``'s
+    (the headline metric's) first."""
+    bases = list(dict.fromkeys(_role(m)[0] for m in metrics))
+    if lead is not None and _role(lead)[0] in bases:
+        bases.remove(_role(lead)[0])
+        bases.insert(0, _role(lead)[0])
+    return sorted(metrics, key=lambda m: (bases.index(_role(m)[0]), ROLE_ORDER.index(_role(m)[1])))
+
+
+def report_metrics(study: Study, lead: str | None = None) -> list[str]:
+    """The metrics of report.md's table in ``ordered_metrics`` order: each quantity's peers' mean, worst peer and
+    network average, the plain metrics, not the best peer (table.csv has it) or bookkeeping constants."""
+    return ordered_metrics([m for m in study.metrics if _role(m)[1] != "best"], lead)
+
+
+def lead_sentence(study: Study, metric: str | None) -> str:
+    """report.md's first sentence: what the headline metric is and which model it scores."""
+    if metric is None:
+        return "No finished run reports a metric yet."
+    from .labels import metric_label
+
+    base, role = _role(metric)
+    metrics = study.metrics
+    worst, avg = base + worst_peer(base), base + AVG
+    if role == "peer_mean":
+        text = f"Headline: {metric_label(metric)} (`{metric}`)"
+        if worst in metrics:
+            text += f" and the worst peer (`{worst}`)"
+        text += ": each peer's own model, scored as the peer holds it."
+        if avg in metrics:
+            text += (f" Beside them the network average (`{avg}`): the average of all peers' models, a model no "
+                     "peer holds, which is often far better than the peers' own.")
+        return text
+    if role == "avg":
+        peers = base + PEER_MEAN
+        if peers not in metrics:
+            why = " (the runs did not score the peers' own models: `peer_scores`/`eval_peers`)"
+        elif evaluations(study, peers) < min(2, evaluations(study, metric)):
+            why = (f" (the peers' own models, `{peers}`, are scored at the final evaluation only: the figures over "
+                   "rounds need the series)")
+        else:
+            why = f"; the peers' own models are in `{peers}` and `{worst}`"
+        return (f"Headline: {metric_label(metric)} (`{metric}`): the average of all peers' models, a model no peer "
+                f"holds{why}.")
+    return f"Headline: {metric_label(metric)} (`{metric}`)."
+
+
+def unmeasured_groups(study: Study) -> list[Group]:
+    """The groups with a run whose old manifest holds only a changing network's random-X p (`old_estimate`): their
+    spectral gap, p and n_eff cannot be recomputed from the folder."""
+    return [g for g in study.groups
+            if any(p.run is not None and p.run.topology and old_estimate(p.run.topology) for p in g.points)]
 
 
 # ----- the tables -------------------------------------------------------------------------------------------------
@@ -293,12 +406,15 @@ def _num(value: float | None) -> str:
 Column = tuple[str, Callable[[Group], object]]
 
 
-def study_table_csv(study: Study, columns: Sequence[Column] = (), aggregate: str = MEAN) -> str:
-    """table.csv: one row per group: axis labels, n_done, n_expected, status, spectral_gap, p, n_eff, then per
-    metric (every one, constant or not) its mean (``_iqm`` with aggregate iqm), low, high, n and interval (the
-    Markdown cell's numbers: analysis.intervals.csv_columns; empty where there is no value, low and high also for
-    n = 1), then ``columns`` (e.g. analysis.target's time to target)."""
-    metrics = study.metrics
+def study_table_csv(study: Study, columns: Sequence[Column] = (), aggregate: str = MEAN,
+                    lead: str | None = None) -> str:
+    """table.csv: one row per group: axis labels, n_done, n_expected, status, the MEASURES (spectral_gap, p, p_mean,
+    n_eff: their definitions in MEASURES and p2pfl.network.mixing_measures; empty where a run has none), then per
+    metric (every one, constant or not; ``ordered_metrics``: the headline ``lead``'s quantity first, each
+    quantity's peers' mean and worst peer before its network average) its mean (``_iqm`` with aggregate iqm), low,
+    high, n and interval (the Markdown cell's numbers: analysis.intervals.csv_columns; empty where there is no
+    value, low and high also for n = 1), then ``columns`` (e.g. analysis.target's time to target)."""
+    metrics = ordered_metrics(study.metrics, lead if lead is not None else headline_metric(study))
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow([*study.group_axes, "n_done", "n_expected", "status", *MEASURES,
@@ -332,15 +448,37 @@ def _fmt_interval(iv: Interval | None) -> str:
 
 
 def groups_markdown(study: Study, metrics: Sequence[str], aggregate: str = MEAN) -> str:
-    """The groups table: axis labels, status, spectral gap, p and n_eff, then each metric's mean (or IQM) with its
-    interval and n (analysis.intervals.cell)."""
-    header = [*study.group_axes, "runs", "spectral gap", "p", "n_eff", *metrics]
+    """The groups table: axis labels, status, the MEASURES (each header naming its definition), then each metric's
+    mean (or IQM) with its interval and n (analysis.intervals.cell)."""
+    header = [*study.group_axes, "runs", *MEASURES.values(), *metrics]
     rows = []
     for g in study.groups:
         values = [g.measure(m) for m in MEASURES]
         rows.append([*g.axes.values(), g.status, *["–" if v is None else f"{v:.4g}" for v in values],
                      *[cell(g.estimate(m, aggregate)) for m in metrics]])
     return _md_table(header, rows)
+
+
+#: What the measure columns are, under the groups table: one definition per column, the same for every row.
+MEASURES_NOTE = (
+    "Topology measures (one definition for every row, static or changing; p2pfl.network.mixing_measures): W_t is a "
+    "round's mixing matrix over the alive peers (teleport's hand-over included), J = 11ᵀ/K, E the mean over the run's "
+    "rounds (at most 256 evenly spaced; one W exactly for a static network with nothing drawn). Spectral gap: "
+    "1 − |λ2(E[W])|; p: Koloskova et al.'s worst case 1 − λmax E[(W − J)ᵀ(W − J)] (1 − ‖W − J‖₂² for one W); "
+    "p_mean: 1 − the mean contraction ‖W − J‖_F²/(K − 1) of a round on random X (an average, so at least p); "
+    "n_eff: Vogels et al.'s effective number of neighbours of E[W] at the runs' γ (– where E[W] is not symmetric). "
+    "Larger is faster mixing for each.")
+
+
+def _unmeasured_note(study: Study) -> list[str]:
+    """The note naming the groups whose measures an old run folder cannot give (`unmeasured_groups`)."""
+    groups = unmeasured_groups(study)
+    if not groups:
+        return []
+    return ["Measures not recomputed: " + "; ".join(g.label for g in groups) + ": run folders written before "
+            "stats.mixing, whose changing network's p was a random-X estimate; it is shown as p_mean, and the "
+            "spectral gap, p and n_eff of those runs are left empty (–): the report does not rebuild a run's "
+            "network. Rerun them to measure them.", ""]
 
 
 def constant_metrics(study: Study, metrics: Sequence[str]) -> dict[str, float]:
@@ -354,25 +492,25 @@ def constant_metrics(study: Study, metrics: Sequence[str]) -> dict[str, float]:
 
 
 def build_study_markdown(study: Study, figures: dict[str, Path] | None = None, base: Path | None = None,
-                         sections: Sequence[str] = (), aggregate: str = MEAN) -> str:
-    """report.md: the groups table (peer min/max statistics left to table.csv; metrics constant in every run in a
-    note under it), ``sections`` (markdown, e.g. the time to target), the points not finished with their error
-    lines, and the figures (linked relative to ``base``, the report's folder)."""
+                         sections: Sequence[str] = (), aggregate: str = MEAN, lead: str | None = None) -> str:
+    """report.md: a lead sentence on the headline metric ``lead`` (default ``headline_metric``), the groups table
+    (``report_metrics``: the peers' mean and worst peer first, the network average beside them; the best peer left
+    to table.csv; metrics constant in every run in a note under it), ``sections`` (markdown, e.g. the time to
+    target), the points not finished with their error lines, and the figures (linked relative to ``base``, the
+    report's folder)."""
     counts = study.counts()
-    candidates = [m for m in study.metrics if not m.endswith((PEER_MIN, PEER_MAX))]
+    lead = lead if lead is not None else headline_metric(study)
+    candidates = report_metrics(study, lead)
     constant = constant_metrics(study, candidates)
     shown = [m for m in candidates if m not in constant]
     constant_note = ["constant in every run: " + ", ".join(f"{m} = {v:.6g}" for m, v in constant.items()), ""] \
         if constant else []
-    parts = [f"# Study report: {study.name}", "",
+    parts = [f"# Study report: {study.name}", "", lead_sentence(study, lead), "",
              f"Study folder `{study.path}`; axes: {', '.join(study.axes)}; {len(study.points)} points: "
              + ", ".join(f"{n} {state}" for state, n in counts.items() if n) + ".", "",
-             f"Groups: every axis except `{SEED_AXIS}`. {note(aggregate, study.seed_word)}. "
-             "Spectral gap: 1 − |λ2(W)| of the runs' mixing matrices; p: Koloskova et al.'s 1 − ‖W − J‖₂² (for a "
-             "changing network 1 − the mean contraction of a round on random X, estimated over its rounds); n_eff: "
-             "Vogels et al.'s effective number of neighbours at the runs' γ (– for a non-symmetric W). Every "
+             f"Groups: every axis except `{SEED_AXIS}`. {note(aggregate, study.seed_word)}. {MEASURES_NOTE} Every "
              "metric, with the interval bounds, is in table.csv.", "", groups_markdown(study, shown, aggregate), "",
-             *constant_note, *sections]
+             *constant_note, *_unmeasured_note(study), *sections]
     not_done = [p for p in study.points if p.state != DONE]
     if not_done:
         parts += ["## Points not finished", "",

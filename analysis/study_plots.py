@@ -19,10 +19,10 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 from matplotlib.transforms import offset_copy
 
-from p2pfl.records import AVG, SIM_TIME, UNTRAINED
+from p2pfl.records import AVG, PEER_MEAN, SIM_TIME, UNTRAINED
 
 from .intervals import MEAN, MIN_CI_SEEDS, MIN_MAX, Estimate, aggregate_label, ci_kind, estimate, n_words
 from .labels import axis_label, metric_label, metric_range
@@ -33,21 +33,26 @@ from .style import (
     BAND_ALPHA,
     PALETTE,
     ZERO_LABEL,
+    byte_unit,
     bytes_axis,
     draw_band,
     draw_reference,
     draw_zeros,
+    figure_legend,
     grid,
     legend,
+    legend_beside,
+    log_x_if_spans,
     new_figure,
     save,
-    spans,
+    share_y,
     styled,
     wrapped,
 )
 
 __all__ = ["plot_study", "plot_gap", "plot_measures", "plot_metric_rounds", "plot_metric_time", "plot_consensus",
-           "plot_bytes", "bytes_figure", "cumulative_bytes_per_peer", "held", "topology_axes"]
+           "plot_bytes", "bytes_figure", "cumulative_bytes_per_peer", "held", "topology_axes", "plot_compare",
+           "compare_figure", "compare_axis_error", "compare_metrics", "contraction", "prediction_within"]
 
 TOPOLOGY_AXIS = "topology"
 Band = tuple[list[float], list[float], list[float], list[float]]  # x, mean, low, high
@@ -269,9 +274,9 @@ def measured(study: Study, measure: str) -> set[float]:
 
 @styled
 def plot_gap(study: Study, metric: str, out_dir: Path, aggregate: str = MEAN) -> Path | None:
-    """spectral_gap.png: the final metric of each group against its topology's spectral gap 1 − |λ2(W)|, error
-    bars the spread over seeds (``spread``); one series per combination of the other axes; not drawn when every
-    group has the same gap."""
+    """spectral_gap.png: the final metric of each group against its network's spectral gap 1 − |λ2(E[W])|
+    (analysis.study.MEASURES, the same definition for static and changing networks), error bars the spread over
+    seeds (``spread``); one series per combination of the other axes; not drawn when every group has the same gap."""
     if len(measured(study, "spectral_gap")) < 2:
         return None  # one topology's gap: a column of marks on an axis of nothing
     fig = new_figure(6.5, 4.5)
@@ -285,11 +290,12 @@ def plot_gap(study: Study, metric: str, out_dir: Path, aggregate: str = MEAN) ->
 
 @styled
 def plot_measures(study: Study, metric: str, out_dir: Path, aggregate: str = MEAN) -> Path | None:
-    """measures.png: the final metric against the spectral gap, p and n_eff side by side (SPEC §10), mean (or IQM)
-    and interval over seeds per group; a panel whose measure no run has (n_eff of one-way graphs) says so."""
+    """measures.png: the final metric against each of analysis.study.MEASURES side by side (SPEC §10: spectral gap,
+    worst-case p, p_mean and n_eff, one definition a panel, its x label naming it), mean (or IQM) and interval over
+    seeds per group, on one y range; a panel whose measure no run has (n_eff of one-way graphs) says so."""
     if all(len(measured(study, measure)) < 2 for measure in MEASURES):
         return None
-    fig = new_figure(15, 4.5)
+    fig = new_figure(4.75 * len(MEASURES), 4.5)
     drawn = False
     for i, measure in enumerate(MEASURES):
         ax = fig.add_subplot(1, len(MEASURES), i + 1)
@@ -302,6 +308,7 @@ def plot_measures(study: Study, metric: str, out_dir: Path, aggregate: str = MEA
         drawn |= here
     if not drawn:
         return None
+    share_y(fig.axes, metric_range(metric))  # one metric on every panel: one y range
     fig.suptitle(f"{study.name}: final {metric_label(metric)} against the topology measures "
                  f"({_words(study, aggregate)})")
     fig.tight_layout()
@@ -320,19 +327,36 @@ def _share_x_from_zero(axes) -> None:
         ax.set_xlim(low - pad, high + pad)
 
 
+def _share_log_y(axes, log: bool) -> bool:
+    """Whether a figure asked for a log y (``log``) gets one: every panel's data positive and, together, spanning a
+    decade or more (a log axis over less has no labelled tick); one decision for all panels, which share y."""
+    spans_ = [ax.dataLim.intervaly for ax in axes if ax.has_data()]
+    spans_ = [(lo, hi) for lo, hi in spans_ if np.isfinite(lo) and np.isfinite(hi)]
+    if not log or not spans_:
+        return False
+    low, high = min(lo for lo, _ in spans_), max(hi for _, hi in spans_)
+    return bool(low > 0 and high / low >= 10)
+
+
 @styled
 def _multi_panel(study: Study, out: Path, title: str, ylabel: str, draw, log: bool = False,
                  empty: str = "no data", x: str = ROUND, reference: float | None = None,
-                 aggregate: str = MEAN) -> Path | None:
+                 aggregate: str = MEAN, metric: str | None = None, notes: list[str] | None = None) -> Path | None:
     """One panel per topology, against ``x`` (round or sim_time_s); ``draw(ax, group, colour, label)`` draws a
     group and says whether it had data; a panel without any says ``empty``; ``reference`` (the untrained model's
-    value) a dashed line in every panel."""
+    value) a dashed line in every panel. The panels share one y range (``share_y``: their data's, cut to the
+    ``metric``'s range; with ``log``, one log axis for all where their data span a decade) and one x range from 0;
+    one legend below them, with ``notes`` (filled by ``draw``: what was left out and why) as entries of their
+    own."""
     panels, colours = _panels(study), _colours(study)
     rows, cols = grid(len(panels)) if panels else (1, 1)
-    fig = new_figure(4.6 * cols, 3.6 * rows)
+    fig = new_figure(4.6 * cols, 3.6 * rows + 0.6)
+    fig.set_layout_engine("constrained")
     drawn = False
+    first = None
     for i, (topology, groups) in enumerate(panels.items()):
-        ax = fig.add_subplot(rows, cols, i + 1)
+        ax = fig.add_subplot(rows, cols, i + 1, sharey=first)
+        first = first or ax
         here = False
         for group in groups:
             key = _series_key(study, group)
@@ -340,10 +364,6 @@ def _multi_panel(study: Study, out: Path, title: str, ylabel: str, draw, log: bo
         drawn |= here
         if not here:
             ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes)
-        elif log and spans(ax, 10):  # a log axis over less than a decade has no labelled tick
-            ax.set_yscale("log")
-        elif log:  # linear after all: from 0, where the exact zeros' marks on the bottom edge then sit
-            ax.set_ylim(bottom=0.0)
         if here and reference is not None:
             draw_reference(ax, reference, "untrained model")
         if x == ROUND:
@@ -352,13 +372,24 @@ def _multi_panel(study: Study, out: Path, title: str, ylabel: str, draw, log: bo
         ax.set_xlabel(X_LABELS[x])
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
-        legend(ax, extra=[_ci_key(study, aggregate)])
     if not drawn:
         return None
+    logged = _share_log_y(fig.axes, log)
+    if logged:
+        fig.axes[0].set_yscale("log")  # shared: every panel
+    share_y(fig.axes, (None, None) if logged else metric_range(metric) if metric else (None, None), log=logged)
+    if log and not logged:  # linear after all: from 0, where the exact zeros' marks on the bottom edge then sit
+        for ax in fig.axes:
+            ax.set_ylim(bottom=0.0)
     _share_x_from_zero(fig.axes)
     fig.suptitle(wrapped(title, fig.get_figwidth()))
-    fig.tight_layout()
+    figure_legend(fig, extra=[_ci_key(study, aggregate), *_notes(notes)])
     return save(fig, out)
+
+
+def _notes(notes: Iterable[str] | None) -> list[tuple[Line2D, str]]:
+    """Legend entries that are words only (no mark): why something is not drawn."""
+    return [(Line2D([], [], linestyle="none"), note) for note in dict.fromkeys(notes or ())]
 
 
 def plot_metric_rounds(study: Study, metric: str, out_dir: Path, aggregate: str = MEAN) -> Path | None:
@@ -373,7 +404,8 @@ def plot_metric_rounds(study: Study, metric: str, out_dir: Path, aggregate: str 
 
     return _multi_panel(study, out_dir / "metric_rounds.png",
                         f"{study.name}: {metric_label(metric)} ({_words(study, aggregate)})",
-                        axis_label(metric), draw, reference=_untrained(_all_runs(study), metric), aggregate=aggregate)
+                        axis_label(metric), draw, reference=_untrained(_all_runs(study), metric), aggregate=aggregate,
+                        metric=metric)
 
 
 def held(curve: dict[float, float], xs: Iterable[float]) -> dict[float, float]:
@@ -403,15 +435,37 @@ def plot_metric_time(study: Study, metric: str, out_dir: Path, aggregate: str = 
     return _multi_panel(study, out_dir / "metric_time.png",
                         f"{study.name}: {metric_label(metric)} against simulated time ({_words(study, aggregate)})",
                         axis_label(metric), draw, empty="no simulated time", x=SIM_TIME,
-                        reference=_untrained(_all_runs(study), metric), aggregate=aggregate)
+                        reference=_untrained(_all_runs(study), metric), aggregate=aggregate, metric=metric)
+
+
+def contraction(prediction: tuple[list[float], list[float]]) -> float:
+    """The largest one-round factor of a spectral prediction c·Π σ2(W_t)² (Run.spectral_prediction): σ2(W_t)² at
+    its worst round. Below 1 the prediction bounds what gossip alone leaves; at 1 or above (a row-stochastic but
+    not doubly stochastic W, EL-Local's: σ2 = ‖W − J‖₂ > 1) it rises and bounds nothing."""
+    ys = prediction[1]
+    return max((b / a for a, b in zip(ys, ys[1:]) if a > 0), default=0.0)
+
+
+#: Why a prediction is not drawn (a legend entry of the consensus figures).
+NO_BOUND = "no gossip-alone prediction: σ2(W) ≥ 1 (W not doubly stochastic), c·Π σ2² would rise, bounding nothing"
+
+
+def prediction_within(prediction: tuple[list[float], list[float]], low: float, high: float
+                      ) -> tuple[list[float], list[float]]:
+    """The positive points of a prediction within the measured x range [low, high]."""
+    keep = [(x, y) for x, y in zip(*prediction) if low <= x <= high and y > 0]
+    return [x for x, _ in keep], [y for _, y in keep]
 
 
 def plot_consensus(study: Study, out_dir: Path, aggregate: str = MEAN) -> Path | None:
     """consensus.png: consensus distance against round (log scale), mean (or IQM) over seeds with its band
-    (``spread``),
-    and the mean of the runs' spectral predictions c·Π σ2(W_t)² (dashed; Run.spectral_prediction). Rounds at
+    (``spread``), and the mean of the runs' spectral predictions c·Π σ2(W_t)² (dashed; Run.spectral_prediction)
+    where it bounds (``contraction`` < 1 in every seed; else a legend entry says why not) and only over the rounds
+    measured, without widening the y axis (an artist outside the data limits, clipped by the panel). Rounds at
     which every seed is at exact consensus (0, which a log axis cannot show: the complete graph) are marked on
     the panel's bottom edge and named in the legend, not dropped as if missing."""
+    notes: list[str] = []
+
     def draw(ax, group: Group, colour, label: str) -> bool:
         runs = _runs(group)
         series = [dict(zip(*run.series("consensus_distance"))) for run in runs]
@@ -423,12 +477,16 @@ def plot_consensus(study: Study, out_dir: Path, aggregate: str = MEAN) -> Path |
             _draw_band(ax, _band((c for c in curves if c), "consensus_distance", aggregate), colour,
                        f"{label}: measured")
         draw_zeros(ax, zeros, colour, f"{label}: {ZERO_LABEL}")
-        predicted = [dict(zip(*p)) for p in (run.spectral_prediction() for run in runs) if p is not None]
-        if any(predicted):
-            xs, mean, _, _ = _band(p for p in predicted if p)
-            keep = [(x, y) for x, y in zip(xs, mean) if y > 0]
-            if keep:
-                ax.plot(*zip(*keep), "--", color=colour, label=f"{label}: c·Π σ2(W_t)²")
+        predicted = [p for p in (run.spectral_prediction() for run in runs) if p is not None and p[0]]
+        measured_x = [x for c in curves for x in c] + list(zeros)
+        if predicted and measured_x:
+            if any(contraction(p) >= 1.0 for p in predicted):
+                notes.append(f"{label}: {NO_BOUND}")
+            else:
+                xs, mean, _, _ = _band(dict(zip(*p)) for p in predicted)
+                px, py = prediction_within((xs, mean), min(measured_x), max(measured_x))
+                if len(px) >= 2:
+                    ax.add_artist(Line2D(px, py, linestyle="--", color=colour, label=f"{label}: c·Π σ2(W_t)²"))
         if zeros:  # the marks on the edge do not extend the x range
             ax.update_datalim([(min(zeros), 1.0), (max(zeros), 1.0)], updatey=False)
         return True
@@ -436,7 +494,8 @@ def plot_consensus(study: Study, out_dir: Path, aggregate: str = MEAN) -> Path |
     return _multi_panel(study, out_dir / "consensus.png",
                         f"{study.name}: consensus distance and gossip alone ({_words(study, aggregate)})",
                         axis_label("consensus_distance"), draw, log=True,
-                        empty="no consensus distance recorded", aggregate=aggregate)
+                        empty="no consensus distance recorded", aggregate=aggregate, metric="consensus_distance",
+                        notes=notes)
 
 
 def plot_bytes(study: Study, metric: str, out_dir: Path, aggregate: str = MEAN) -> Path | None:
@@ -449,12 +508,14 @@ def plot_bytes(study: Study, metric: str, out_dir: Path, aggregate: str = MEAN) 
 def bytes_figure(study: Study, metric: str, aggregate: str = MEAN) -> Figure | None:
     """The metric against the cumulative bytes sent per peer at each evaluation (x the mean over seeds, y the
     metric's mean or IQM with its band), one line per group (colour, labelled with the group), line style by the
-    axes other than topology; the x data in bytes, ticked in a binary unit."""
+    axes other than topology; the x data in bytes, ticked in a binary unit, on a log axis where they span more than
+    two decades (``log_x_if_spans``); the legend beside the panel."""
     styles = ["-", "--", ":", "-."]
     series = list(dict.fromkeys(_series_key(study, g) for g in study.groups))
-    fig = new_figure(7, 4.5)
+    fig = new_figure(8.5, 4.5)
     ax = fig.add_subplot(1, 1, 1)
     drawn = False
+    every_x: list[float] = []
     for i, group in enumerate(study.groups):
         sent, values = [], []
         for run in _runs(group):
@@ -466,6 +527,7 @@ def bytes_figure(study: Study, metric: str, aggregate: str = MEAN) -> Figure | N
             continue
         rounds, mean, low, high = _band((v for v in values if v), metric, aggregate)
         x_mean = _band(s for s in sent if s)[1]
+        every_x += x_mean
         style = styles[series.index(_series_key(study, group)) % len(styles)]
         _draw_band(ax, (x_mean, mean, low, high), PALETTE[i % len(PALETTE)], group.label, style)
         drawn = True
@@ -474,17 +536,96 @@ def bytes_figure(study: Study, metric: str, aggregate: str = MEAN) -> Figure | N
     reference = _untrained(_all_runs(study), metric)
     if reference is not None:
         draw_reference(ax, reference, "untrained model")
-    ax.set_xlabel(f"{X_LABELS[BYTES]} ({bytes_axis(ax, ax.get_xlim()[1])})")
+    if log_x_if_spans(ax, every_x):
+        unit, scale = byte_unit(max(every_x))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value / scale:g}"))
+        ax.set_xlabel(f"{X_LABELS[BYTES]} ({unit}, log scale)")
+    else:
+        ax.set_xlabel(f"{X_LABELS[BYTES]} ({bytes_axis(ax, ax.get_xlim()[1])})")
     ax.set_ylabel(axis_label(metric))
-    ax.set_title(wrapped(f"{study.name}: {metric_label(metric)} against traffic ({_words(study, aggregate)})", 7))
-    legend(ax, extra=[_ci_key(study, aggregate)])
+    ax.set_title(wrapped(f"{study.name}: {metric_label(metric)} against traffic ({_words(study, aggregate)})", 6))
+    legend_beside(ax, extra=[_ci_key(study, aggregate)])
     fig.tight_layout()
     return fig
 
 
-def plot_study(study: Study, out_dir: Path, metric: str | None, aggregate: str = MEAN) -> dict[str, Path]:
-    """Every figure the study has data for, by title, each group its ``aggregate`` (mean or iqm) over seeds; a
-    figure that fails is reported, not fatal."""
+# ----- --compare AXIS: the arms of one axis on one shared axis ---------------------------------------------------
+def compare_axis_error(study: Study, axis: str) -> str | None:
+    """Why ``--compare axis`` cannot be drawn for the study (None: it can): an axis of the plan other than the
+    seed, or ``topology`` in a study whose arms set it in their options."""
+    if axis in study.group_axes or (axis == TOPOLOGY_AXIS and study.groups):
+        return None
+    return (f"--compare {axis}: not an axis of the study; its axes: {', '.join(study.group_axes) or 'none'}"
+            + (" (the seed is averaged over, not compared)" if axis == "seed" else ""))
+
+
+def _arm(group: Group, axis: str) -> str:
+    """A group's label on the compared axis (its topology's name where the plan has no ``topology`` axis)."""
+    return group.axes[axis] if axis in group.axes else _topology(group)
+
+
+def compare_metrics(study: Study, metric: str) -> list[str]:
+    """The panels of the compare figure: the headline quantity's peers' mean, worst peer and network average,
+    those the runs report (analysis.study.ordered_metrics), where ``metric`` is one of them; else ``metric``."""
+    from .study import _role, ordered_metrics, worst_peer
+
+    base, role = _role(metric)
+    if role not in ("peer_mean", "worst", "avg"):
+        return [metric]
+    trio = [base + PEER_MEAN, base + worst_peer(base), base + AVG]
+    return ordered_metrics([m for m in trio if m in study.metrics], metric)
+
+
+@styled
+def compare_figure(study: Study, axis: str, metric: str, aggregate: str = MEAN) -> Figure | None:
+    """The metric against round with the arms of ``axis`` (e.g. topology) on one shared axis: one panel per metric
+    of ``compare_metrics`` (peers' mean, worst peer, network average), in each one line per arm (colour; the
+    other axes' combinations by line style), mean (or IQM) over seeds with its band; the panels share y (cut to
+    the metric's range) and x, one legend below them. None when no group has the metric's series."""
+    metrics = compare_metrics(study, metric)
+    arms = list(dict.fromkeys(_arm(g, axis) for g in study.groups))
+    others = list(dict.fromkeys(_series_key(study, g, (axis,)) for g in study.groups))
+    styles = ["-", "--", ":", "-."]
+    fig = new_figure(max(4.6 * len(metrics), 6.0), 4.4)
+    fig.set_layout_engine("constrained")
+    drawn = False
+    first = None
+    for i, name in enumerate(metrics):
+        ax = fig.add_subplot(1, len(metrics), i + 1, sharey=first)
+        first = first or ax
+        for group in study.groups:
+            curves = [c for c in (dict(zip(*run.series(name, source="evals"))) for run in _runs(group)) if c]
+            if not curves:
+                continue
+            arm, other = _arm(group, axis), _series_key(study, group, (axis,))
+            label = arm if len(others) == 1 else f"{arm}, {other}"
+            _draw_band(ax, _band(curves, name, aggregate), PALETTE[arms.index(arm) % len(PALETTE)], label,
+                       styles[others.index(other) % len(styles)])
+            drawn = True
+        ax.set_title(metric_label(name))
+        ax.set_xlabel(X_LABELS[ROUND])
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(axis_label(name) if i == 0 else "")
+    if not drawn:
+        return None
+    share_y(fig.axes, metric_range(metric))
+    _share_x_from_zero(fig.axes)
+    fig.suptitle(wrapped(f"{study.name}: {metric_label(metric).split(',')[0]} by {axis} "
+                         f"({_words(study, aggregate)})", fig.get_figwidth()))
+    figure_legend(fig, extra=[_ci_key(study, aggregate)])
+    return fig
+
+
+def plot_compare(study: Study, axis: str, metric: str, out_dir: Path, aggregate: str = MEAN) -> Path | None:
+    """compare-AXIS.png: ``compare_figure``; None when no group has the metric's series."""
+    fig = compare_figure(study, axis, metric, aggregate)
+    return None if fig is None else save(fig, out_dir / f"compare-{axis}.png")
+
+
+def plot_study(study: Study, out_dir: Path, metric: str | None, aggregate: str = MEAN,
+               compare: str | None = None) -> dict[str, Path]:
+    """Every figure the study has data for, by title, each group its ``aggregate`` (mean or iqm) over seeds, with
+    ``compare`` (an axis) the compare figure first; a figure that fails is reported, not fatal."""
     import sys
 
     makers = [("consensus distance against round", lambda: plot_consensus(study, out_dir, aggregate))]
@@ -496,6 +637,9 @@ def plot_study(study: Study, out_dir: Path, metric: str | None, aggregate: str =
                   (f"{metric} against simulated time", lambda: plot_metric_time(study, metric, out_dir, aggregate)),
                   *makers,
                   (f"{metric} against bytes sent per peer", lambda: plot_bytes(study, metric, out_dir, aggregate))]
+        if compare is not None:
+            makers.insert(0, (f"{metric} against round by {compare}",
+                              lambda: plot_compare(study, compare, metric, out_dir, aggregate)))
     written: dict[str, Path] = {}
     for title, make in makers:
         try:

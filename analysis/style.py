@@ -6,7 +6,10 @@ Sizes, colours and line widths live here, with the conventions every panel follo
   line, the band named in the legend;
 - a *reference* value (the untrained encoder a trained one must beat) is a dashed grey horizontal line, labelled
   with its value;
-- the headline line (the network-average model) is drawn last, on top.
+- the headline line (the network-average model) is drawn last, on top;
+- legends sit off the data: beside a panel (``legend_beside``) or below a figure's panels (``figure_legend``);
+  the panels of one figure share their y range (``share_y``), and an x that spans more than two decades (bytes
+  sent) is drawn on a log axis (``log_x_if_spans``).
 
 Figures are built on matplotlib's Agg canvas directly (no pyplot state, no display), inside ``styled`` so the
 rc settings below apply, and saved atomically (``save``) in each format ``plot_formats`` names (``--plot-format
@@ -40,7 +43,8 @@ from topologies.plot import contrast_text, luminance
 __all__ = ["PALETTE", "AVG_COLOUR", "PEER_COLOUR", "REFERENCE_COLOUR", "BAND_ALPHA", "LINE_WIDTH", "REFERENCE_STYLE",
            "RC", "styled", "wrapped", "grid", "new_figure", "save", "plot_formats", "saved_files", "colour",
            "luminance", "contrast_text", "text_colour", "draw_band", "draw_reference", "draw_zeros", "ZERO_LABEL",
-           "legend", "byte_unit", "bytes_axis", "spans"]
+           "legend", "figure_legend", "legend_beside", "share_y", "log_x_if_spans", "byte_unit", "bytes_axis",
+           "spans"]
 
 #: Okabe–Ito: distinguishable with the common colour-vision deficiencies and in greyscale print.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
@@ -183,6 +187,74 @@ def legend(ax: Axes, order: Sequence[str] = (), extra: Sequence[tuple[Artist, st
     rank = [next((k for k, p in enumerate(order) if label.startswith(p)), len(order)) for label in labels]
     keep = sorted(range(len(labels)), key=lambda i: rank[i])
     ax.legend([handles[i] for i in keep], [labels[i] for i in keep], **{"loc": "best", **kwargs})
+
+
+def figure_legend(fig: Figure, extra: Sequence[tuple[Artist, str]] = (), order: Sequence[str] = ()) -> None:
+    """One legend for every panel of ``fig``, below them and off the data ("outside lower center": the figure's
+    constrained layout, ``fig.set_layout_engine("constrained")``, makes room for it): the labelled artists of all
+    its axes, one entry per label (panels share their series' colours), ``order`` first as in ``legend``, then
+    ``extra`` keys; nothing without labelled artists."""
+    seen: dict[str, Artist] = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    if not seen:
+        return
+    labels = sorted(seen, key=lambda lab: next((k for k, p in enumerate(order) if lab.startswith(p)), len(order)))
+    handles = [seen[lab] for lab in labels] + [h for h, _ in extra]
+    labels += [lab for _, lab in extra]
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 2 if len(fig.axes) < 2 else 3))
+
+
+def legend_beside(ax: Axes, extra: Sequence[tuple[Artist, str]] = (), order: Sequence[str] = ()) -> None:
+    """``legend`` to the right of the panel, off its data (tight_layout and constrained layout make room)."""
+    legend(ax, order, extra, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+
+
+#: A shared y range is padded this much beyond the measured data: a linear axis by this fraction of its span, a
+#: log axis by this factor, so that a prediction (a bound) drawn with it never stretches the axis.
+Y_PAD, LOG_Y_PAD = 0.05, 2.0
+
+
+def share_y(axes: Sequence[Axes], bounds: tuple[float | None, float | None] = (None, None),
+            log: bool = False) -> tuple[float, float] | None:
+    """Give every panel of a figure one y range, that of their data (``dataLim``: the measured values and bands;
+    a prediction added as an artist, not a plot, does not count), padded (``Y_PAD``, on a log axis ``LOG_Y_PAD``)
+    and cut to ``bounds`` (the metric's range, analysis.labels.metric_range: accuracies [0, 1]); return it, or
+    None when no panel has data."""
+    spans_ = [ax.dataLim.intervaly for ax in axes if ax.has_data()]
+    spans_ = [(lo, hi) for lo, hi in spans_ if math.isfinite(lo) and math.isfinite(hi)]
+    if log:
+        spans_ = [(lo, hi) for lo, hi in spans_ if lo > 0]
+    if not spans_:
+        return None
+    low, high = min(lo for lo, _ in spans_), max(hi for _, hi in spans_)
+    if log:
+        low, high = low / LOG_Y_PAD, high * LOG_Y_PAD
+    else:
+        pad = Y_PAD * (high - low) if high > low else 0.05 * (abs(high) or 1.0)
+        low, high = low - pad, high + pad
+        if bounds[0] is not None:
+            low = max(low, bounds[0])
+        if bounds[1] is not None:
+            high = min(high, bounds[1])
+    for ax in axes:
+        ax.set_ylim(low, high)
+    return low, high
+
+
+#: An x axis whose positive values span more than this factor (two decades) is drawn on a log scale.
+LOG_X_SPAN = 100.0
+
+
+def log_x_if_spans(ax: Axes, xs: Sequence[float], factor: float = LOG_X_SPAN) -> bool:
+    """Put the panel's x axis on a log scale when its values are all positive and span more than ``factor``
+    (bytes sent from the first evaluation to the last); whether it did."""
+    values = [float(x) for x in xs if math.isfinite(float(x))]
+    if not values or min(values) <= 0 or max(values) / min(values) <= factor:
+        return False
+    ax.set_xscale("log")
+    return True
 
 
 def spans(ax: Axes, factor: float) -> bool:

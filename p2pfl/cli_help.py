@@ -197,8 +197,10 @@ def _method(name: str, own: dict[str, Any]) -> str:
     if isinstance(lacks, dict) and lacks:
         said.append("lacks: " + "; ".join(f"{word} ({why})" for word, why in lacks.items()))
     if own:
-        said.append("sets, when left unset: " + ", ".join(f"{config._flag(k)} {config._as_written(v)}"
-                                                          for k, v in own.items()))
+        core = {f.name: f.default for f in config.options()}
+        said.append(f"sets, when left unset ({name}'s own value; core: the project-wide default): " + ", ".join(
+            f"{config._flag(k)} {config._as_written(v)} ({name}'s; core: {config._as_written(core.get(k))})"
+            for k, v in own.items()))
     allowed = dict(getattr(cls, "allowed", {}))
     if allowed:
         said.append("allows only: " + ", ".join(f"{config._flag(k)} {'|'.join(map(config._as_written, vs))}"

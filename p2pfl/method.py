@@ -220,6 +220,11 @@ class Algorithm:
         """Extra entries for summary.json (collective; rank 0's value is written)."""
         return {}
 
+    def augmentation(self) -> str | None:
+        """What the local steps do to the training samples, in the few words the start banner and summary.json's
+        `run_setup` show ("crop+flip", "none"); None where the method does not say (after `setup`)."""
+        return None
+
     def summary_lines(self, summary: Summary) -> list[str]:
         """The method's own lines of the closing summary printed by rank 0 (e.g. from its summary() entries)."""
         return []

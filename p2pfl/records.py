@@ -399,6 +399,22 @@ class NetworkSummary(TypedDict):
     crashed: list[int]
 
 
+class RunSetup(TypedDict):
+    """summary["run_setup"]: what the start banner shows of a run (p2pfl.runtime.banner), its defaults in sight.
+    None where the run has no such thing (a method without data: consensus; a metric that is no accuracy)."""
+
+    dataset: str | None  # --dataset as the run read it ("fashion-mnist", "npz:PATH")
+    classes: int | None  # its number of classes (the partition's)
+    partition: str | None  # the partition's label with its parameters ("dirichlet(alpha=0.1)", "iid")
+    partition_source: str | None  # "given", "method default", "core default" or "default for own data"
+    model: str | None  # --model
+    parameters: int | None  # the manifest's model record: every parameter of a peer's network ...
+    encoder_parameters: int | None  # ... what --model built ...
+    head_parameters: int | None  # ... and what the method put around it
+    augment: str | None  # what the local steps do to the training samples ("crop+flip", "crop (no flip)", "none")
+    chance: float | None  # the accuracy of guessing, 1 / classes (None: the method is not scored by accuracy)
+
+
 class _Summary(TypedDict):
     algorithm: str
     topology: str
@@ -424,6 +440,8 @@ class Summary(_Summary, total=False):
     dp_epsilon_max: float
     dp_delta: float
     scoring: ScoringRecord  # weight-gossip learners: what the final evaluation scored (as the manifest's)
+    run_setup: RunSetup  # every run: the dataset, partition (and its source), model, augmentation and chance level
+    warnings: list[str]  # every run: what rank 0 warned of at the end ([] for none): a final accuracy at chance
 
 
 #: summary.json's `status` of a run that ended on an error (a finished run's summary has no `status`).

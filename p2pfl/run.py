@@ -38,12 +38,13 @@ from p2pfl.method import Algorithm
 from p2pfl.modes import MODES
 from p2pfl.network import NetworkSchedule, topology_options
 from p2pfl.network import clock as network_clock
-from p2pfl.network.mixing_rate import network_p
+from p2pfl.network.mixing_measures import mixing_measures
 from p2pfl.network.schedule import NetworkOptions
 from p2pfl.network.schedule_measures import schedule_measures
 from p2pfl.records import Host, Seeds
 from p2pfl.runtime import console
 from p2pfl.runtime.allocator import keep_freed_memory
+from p2pfl.runtime.banner import banner_lines, run_setup
 from p2pfl.runtime.checkpoint import verify_checkpoint
 from p2pfl.runtime.device import configure_determinism, select_device
 from p2pfl.runtime.failure import USER_ERROR_EXIT, UserExit, abort_on_exception, agree
@@ -160,7 +161,8 @@ def build_network(cfg: RunConfig, described: bool = True) -> tuple[nx.Graph, Net
     if not described:
         return graph, schedule, None
     record = topologies.describe(*shown_weights(schedule, cfg.rounds), gamma=cfg.n_eff_gamma)
-    record["stats"].update(network_p(schedule, cfg.rounds))  # a changing network's p: estimated over its rounds
+    # the run's network over its rounds, one definition per measure for every network (the stats above: W's own)
+    record["stats"]["mixing"] = mixing_measures(schedule, cfg.rounds, cfg.n_eff_gamma, shown=record["stats"])
     record["stats"].update(schedule_measures(schedule, cfg.rounds, cfg.n_eff_gamma))  # its period's product or rate
     return graph, schedule, record
 
@@ -273,6 +275,10 @@ def execute(world: World, run: ResolvedRun, started: float | None = None,
             hold_for_signal(world.is_root)
             stop_in_setup(world, ctx)
             algorithm = build_algorithm(ctx)
+            if ctx.folder is not None:  # the defaults in sight: data, partition and its source, model, chance
+                shown = banner_lines(run_setup(cfg, ctx.folder.manifest, algorithm.augmentation()), cfg)
+                if shown:
+                    log.info("\n".join(shown))
             runner = MODES.get(cfg.mode).runner()(ctx, algorithm)
             if cfg.resume is not None:
                 agree(world, runner.restore)
@@ -301,6 +307,8 @@ def execute(world: World, run: ResolvedRun, started: float | None = None,
         if summary is not None:
             took = None if whole is None else (whole[0], time.time() - whole[1])
             log.info(summary_lines(summary, algorithm.summary_lines(summary), took))
+            for warning in summary.get("warnings", ()):  # last, where it is read: a final accuracy at chance
+                log.warning(warning)
     return ctx.run_dir
 
 

@@ -35,6 +35,7 @@ from p2pfl.round_records import (
     nonfinite_warning,
     rejected_links,
 )
+from p2pfl.runtime.banner import chance_warning, run_setup
 from p2pfl.runtime.checkpoint import (
     load_peer,
     load_state,
@@ -100,7 +101,7 @@ class Runner:
                     progress.update(**{shown: record.get(shown),
                                        "consensus_distance": record.get("consensus_distance")})
                 if self.eval_due(t) and t != rounds:
-                    progress.evaluated(self._evaluate(t, final=False))
+                    progress.evaluated(self._evaluate(t, final=False), t)
                 saved = bool(cfg.checkpoint_every) and (t % cfg.checkpoint_every == 0 or t == rounds)
                 if saved:
                     self.checkpoint(t)
@@ -125,6 +126,9 @@ class Runner:
         stats = world.gather(self.ctx.transport.stats.snapshot())
         if not world.is_root:
             return None
+        setup = run_setup(cfg, self.ctx.folder.manifest, self.algo.augmentation())
+        warnings = [w for w in (chance_warning(cfg, setup, final or {}),) if w is not None]
+        extra = {**extra, "run_setup": setup, "warnings": warnings}
         summary = summary_record(
             algorithm=cfg.algorithm, topology=cfg.topology, peers=self.ctx.n_peers, rounds=rounds,
             ranks=world.size, wall_s=time.time() - self.start_time, run_dir=str(self.ctx.run_dir), final=final or {},

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -90,9 +91,10 @@ def report(study: Path, out: Path, *flags: str) -> tuple[dict[str, dict[str, str
 
 
 def md_table(text: str) -> tuple[list[str], dict[str, list[str]]]:
-    """The groups table of report.md: its header and its rows by arm."""
+    """The groups table of report.md: its header and its rows by arm (cells split on unescaped pipes: a header
+    such as the spectral gap's 1 − \\|λ2\\| escapes its own)."""
     lines = [line for line in text.splitlines() if line.startswith("| ")]
-    split = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    split = [[c.strip() for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])] for line in lines]
     header = split[0]
     return header, {row[0]: row for row in split[1:] if row[0] in ARMS}
 

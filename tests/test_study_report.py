@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from analysis.report import main as report_main
-from analysis.study import load_study, mean_ci, spectral_gap, t_quantile
+from analysis.study import MEASURES, load_study, mean_ci, spectral_gap, t_quantile
 from p2pfl.run import main as run_main
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -195,7 +195,7 @@ def test_study_table_has_p_and_n_eff(study, tmp_path):
         assert float(table[topology]["n_eff"]) == pytest.approx(neff, rel=1e-9)
     assert float(table["complete"]["n_eff"]) == pytest.approx(4.0)
     report = (out / "report.md").read_text()
-    assert "| spectral gap | p | n_eff |" in report
+    assert "| " + " | ".join(label.replace("|", "\\|") for label in MEASURES.values()) + " |" in report
     assert f"| {_p_and_n_eff('star')[0]:.4g} |" in report
     data = (out / "measures.png").read_bytes()
     assert data.startswith(PNG_SIGNATURE) and len(data) > 10000
@@ -203,13 +203,14 @@ def test_study_table_has_p_and_n_eff(study, tmp_path):
 
 
 def test_old_manifests_get_p_and_n_eff_from_their_mixing(study, tmp_path):
-    """A study whose manifests predate p and n_eff: both come from the stored mixing matrix."""
+    """A study whose manifests predate p, n_eff and stats["mixing"]: the measures come from the stored mixing
+    matrix."""
     import shutil
     old = tmp_path / "old"
     shutil.copytree(study, old, ignore=shutil.ignore_patterns("report"))
     for manifest in (old / "runs").glob("*/manifest.json"):
         data = json.loads(manifest.read_text())
-        for key in ("p", "p_worst", "p_source", "n_eff", "n_eff_gamma"):
+        for key in ("p", "p_worst", "p_source", "n_eff", "n_eff_gamma", "mixing"):
             del data["topology"]["stats"][key]
         manifest.write_text(json.dumps(data))
     loaded = load_study(old)

@@ -1,4 +1,4 @@
-"""SPEC §10's topology measures (topologies.measures, p2pfl.network.mixing_rate) against computations written
+"""SPEC §10's topology measures (topologies.measures, p2pfl.network.mixing_measures) against computations written
 here: brute-force eigenvalues for p, the Gaussian expectation of the contraction, and Vogels et al. 2022's
 published n_eff values."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 import topologies
 from p2pfl.network import NetworkSchedule
-from p2pfl.network.mixing_rate import changes, estimate_p, network_p
+from p2pfl.network.mixing_measures import STATIC_RULE, changes, mixing_measures
 from topologies.measures import contraction, expected_contraction, n_eff, p_worst
 
 
@@ -80,26 +80,30 @@ def test_manifest_statistics_carry_the_measures():
     assert stats["n_eff"] == pytest.approx(n_eff(w, 0.5)) and stats["n_eff_gamma"] == 0.5
 
 
-def test_changing_network_p_is_estimated_and_deterministic():
+def test_changing_network_measures_are_means_over_its_rounds_and_deterministic():
+    """p_mean of a changing network is exactly 1 − the mean of ‖W_t − J‖_F²/(K − 1) over its rounds (no random X);
+    failures lower both p and p_mean below the static W's (bounds: float64 rounding of 40-term means of values ≤ 1)."""
     graph = topologies.build("cycle", 12)
     static = NetworkSchedule(12, 3, graph=graph)
-    assert not changes(static) and network_p(static, 20) == {}
+    assert not changes(static) and mixing_measures(static, 20)["rule"] == STATIC_RULE
     failing = NetworkSchedule(12, 3, graph=graph, link_failure=0.3)
-    p, used = estimate_p(failing, 40)
-    assert used == 40 and estimate_p(failing, 40)[0] == p
+    got = mixing_measures(failing, 40)
+    assert got["rounds"] == 40 and mixing_measures(failing, 40) == got
     exact = 1.0 - np.mean([expected_contraction(failing.at(t).W.toarray()) for t in range(1, 41)])
-    assert p == pytest.approx(exact, abs=0.02)
-    assert p < 1.0 - expected_contraction(static.static_weights.toarray())  # failures slow the mixing
-    assert network_p(failing, 40)["p"] == p
+    assert got["p_mean"] == pytest.approx(exact, rel=0, abs=4 * (40 + 144) * np.finfo(float).eps)
+    w = static.static_weights.toarray()
+    assert got["p_mean"] < 1.0 - expected_contraction(w) and got["p"] < p_worst(w)  # failures slow the mixing
 
 
-def test_fixed_network_estimate_approaches_its_expectation():
-    """A static W with participation 1 but treated as changing (a crash in a far round): the estimate over many
-    rounds converges to 1 − ‖W − J‖_F²/(K − 1), which is at least the closed-form p."""
+def test_fixed_network_measures_are_those_of_its_w():
+    """A static W treated as changing (a crash in a far round): every round has the same W, so the mean over the
+    rounds is W's own p_worst and 1 − expected contraction, exactly to rounding; the average exceeds the worst case."""
     graph = topologies.build("cycle", 10)
     sched = NetworkSchedule(10, 0, graph=graph, crashes={0: 10**6})
     assert changes(sched)
-    p, _ = estimate_p(sched, 200)
+    got = mixing_measures(sched, 200)
     w = sched.static_weights.toarray()
-    assert p == pytest.approx(1.0 - expected_contraction(w), abs=0.01)
-    assert p > p_worst(w)
+    bound = 4 * 10 * (200 + 10) * np.finfo(float).eps
+    assert got["p_mean"] == pytest.approx(1.0 - expected_contraction(w), rel=0, abs=bound)
+    assert got["p"] == pytest.approx(p_worst(w), rel=0, abs=bound)
+    assert got["p_mean"] > got["p"]

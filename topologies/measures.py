@@ -5,8 +5,8 @@ of neighbours n_eff(γ), as pure functions of a mixing matrix W (rows: what each
   a row-stochastic W (W J = J, so W X − J X = (W − J)(X − J X)). For a symmetric W it is Koloskova et al.'s
   p = 1 − max(|λ2|, |λ_K|)².
 - expected_contraction(W) = ‖W − J‖_F² / (K − 1): the mean of that ratio over Gaussian X (any number of
-  columns; X − J X is isotropic on 1⊥, and (W − J)1 = 0), which the random-X estimate of a changing network
-  (p2pfl.network.mixing_rate) converges to. It is an average, so 1 − it is at least p_worst.
+  columns; X − J X is isotropic on 1⊥, and (W − J)1 = 0); a changing network's p_mean is 1 − its mean over the
+  rounds (p2pfl.network.mixing_measures). It is an average, so 1 − it is at least p_worst.
 - n_eff(W, γ) = 1 / ((1 − γ) · mean_i Σ_ii), Σ = Q diag(λ²/(1 − γλ²)) Qᵀ with W = Q Λ Qᵀ (Vogels et al. 2022,
   "Beyond spectral gap"); defined for a symmetric W only: a one-way W has no such decomposition, and its
   n_eff is None (recorded as null).

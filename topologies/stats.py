@@ -75,7 +75,8 @@ def doubly_stochastic(w: Matrix) -> bool:
     return nonneg and bool(np.allclose(rows, 1.0, atol=TOL) and np.allclose(cols, 1.0, atol=TOL))
 
 
-#: `p_source` of a p computed from W itself (a changing network's run records its estimate instead).
+#: `p_source` of a p computed from W itself: the shown W's (a changing network's measures over its rounds are in
+#: `stats["mixing"]`, p2pfl.network.mixing_measures; runs before them recorded a random-X estimate here).
 CLOSED_FORM = "closed form"
 
 

@@ -86,6 +86,10 @@ class FedAvg(GossipLearner):
         encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size, cfg=self.cfg, **kw)
         return MoonNet(encoder, self.dataset.num_classes, proj_dim=MOON_PROJ_DIM if self.cfg.head == "moon" else None)
 
+    def augmentation(self) -> str:
+        """MOON's crop and flip (none for feature vectors and token sequences)."""
+        return self.crop_flip()
+
     def draw(self, peer: GossipPeer, x: torch.Tensor) -> dict[str, torch.Tensor]:
         return supervised_draw(x, peer.augment_rng)
 

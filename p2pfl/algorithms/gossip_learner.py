@@ -127,6 +127,24 @@ class GossipLearner(LocalTrainer):
         assert self.work is not None, "set up first"
         return self.work.dataset
 
+    def augmentation(self) -> str | None:
+        """"none" for feature vectors and token sequences; SimCLR's views where the method draws them (`augment`,
+        as dec-ssl and dec-sl's --sl-augment simclr do), mirrored where the dataset allows; else None."""
+        ds = self.dataset
+        if ds.features or ds.tokens or ds.sequence_labels:
+            return "none"
+        if isinstance(getattr(self, "augment", None), SimCLRAugment):
+            return "simclr views (crop, colour jitter, grey" + (", flip)" if ds.transform.flip else "; no flip)")
+        return None
+
+    def crop_flip(self) -> str:
+        """The supervised random crop and horizontal flip (p2pfl.data.supervised_apply) in words: "crop+flip", or
+        "crop (no flip)" where the dataset's images are not mirrored (femnist:, --no-flip)."""
+        ds = self.dataset
+        if ds.features or ds.tokens or ds.sequence_labels:
+            return "none"
+        return "crop+flip" if ds.transform.flip else "crop (no flip)"
+
     def simclr_augment(self) -> SimCLRAugment:
         """SimCLR's views for this run's images (SPEC §4), with the --crop-scale for their size, mirrored where the
         dataset's images allow it."""

@@ -48,6 +48,10 @@ class DecSL(GossipLearner):
         encoder = build_encoder(self.cfg.model, self.work.channels, self.work.image_size, cfg=self.cfg)
         return SupervisedNet(encoder, self.dataset.num_classes)
 
+    def augmentation(self) -> str | None:
+        """--sl-augment's: crop+flip, or SimCLR's views."""
+        return super().augmentation() if self.augment is not None else self.crop_flip()
+
     def draw(self, peer: GossipPeer, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """Crop+flip (--sl-augment crop-flip), or one SimCLR view (simclr: the Dec-SSL code's SL training)."""
         if self.augment is not None:

@@ -1,5 +1,6 @@
 """What rank 0 shows while a run goes: the rounds' progress (round, ETA, the round's headline and the last
-evaluation's) and a closing summary table; they reach the console through p2pfl's logger (p2pfl.runtime.console).
+evaluation's, with the round it is from: `eval @r40: test_acc_peer_mean=0.61, test_acc_avg=0.9` on a line printed
+at round 43) and a closing summary table; they reach the console through p2pfl's logger (p2pfl.runtime.console).
 
 On a terminal the progress is a tqdm bar; anywhere else (a Slurm log, a pipe, a notebook's captured stream) a
 bar's carriage-return frames would pile up, so it is a line every tenth of the run (PROGRESS_LINES lines) instead.
@@ -48,6 +49,7 @@ class Progress:
         self.every = max(1, math.ceil(total / PROGRESS_LINES))
         self.started = time.perf_counter()
         self.evaluation: dict[str, float] = {}
+        self.evaluated_at: int | None = None
         self._bar = None
         if self.enabled and sys.stderr.isatty():
             from tqdm import tqdm
@@ -55,22 +57,28 @@ class Progress:
             self._bar = tqdm(total=total, desc=description, unit="round", file=sys.stderr, dynamic_ncols=True,
                              mininterval=0.5)
 
-    def evaluated(self, metrics: Mapping[str, Any] | None) -> None:
-        """An evaluation's metrics: their headline is shown from the next round on."""
+    def evaluated(self, metrics: Mapping[str, Any] | None, round: int | None = None) -> None:
+        """An evaluation's metrics, made at ``round``: their headline is shown from the next round on, with the
+        round it is from (``eval @r40:`` on a line printed at round 43)."""
         self.evaluation = eval_headline(metrics or {})
+        self.evaluated_at = round if self.evaluation else None
 
     def update(self, **postfix: Any) -> None:
         """One round done, with the round's own numbers to show (None: left out)."""
         self.done += 1
-        shown = {**{k: v for k, v in postfix.items() if v is not None}, **self.evaluation}
+        own = {k: v for k, v in postfix.items() if v is not None}
+        at = {} if self.evaluated_at is None else {"eval": f"@r{self.evaluated_at}"}
         if self._bar is not None:
-            self._bar.set_postfix({k: _short(v) for k, v in shown.items()}, refresh=False)
+            self._bar.set_postfix({k: _short(v) for k, v in {**own, **at, **self.evaluation}.items()}, refresh=False)
             self._bar.update(1)
         elif self.enabled and (self.done % self.every == 0 or self.done == self.total):
             elapsed = time.perf_counter() - self.started
             rounds = self.done - self.skipped
             eta = elapsed / rounds * (self.total - self.done) if rounds else float("nan")
-            numbers = ", ".join(f"{k}={_short(v)}" for k, v in shown.items())
+            parts = [", ".join(f"{k}={_short(v)}" for k, v in own.items()),
+                     (f"eval @r{self.evaluated_at}: " if at else "")
+                     + ", ".join(f"{k}={_short(v)}" for k, v in self.evaluation.items())]
+            numbers = "; ".join(p for p in parts if p and not p.endswith(": "))
             log.info(f"p2pfl: {self.description}: round {self.done}/{self.total}, {elapsed:.1f} s, "
                      f"ETA {eta:.0f} s" + (f"; {numbers}" if numbers else ""))
 

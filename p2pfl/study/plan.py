@@ -59,6 +59,30 @@ class StudyError(ValueError):
     """A study file that cannot be expanded (one line, naming the key)."""
 
 
+#: A study scores the peers' own models at every evaluation unless its file sets `peer_scores` (or `peer-scores`)
+#: itself: its report leads with the peers' mean and worst peer over rounds (analysis.study.headline_metric). The
+#: cost: each evaluation scores every distinct model of the --eval-peers sample (every peer by default) instead of
+#: the network average alone, one evaluation a peer per evaluation round.
+PEER_SCORES, STUDY_PEER_SCORES = "peer_scores", "every"
+
+
+def point_options(opts: dict[str, Any]) -> dict[str, Any]:
+    """A point's p2pfl.run options as its run gets them: ``opts`` (the base updated by its axis values) with
+    `peer_scores: every` where the study does not set `peer_scores` and the point's method reads it (consensus,
+    quadratic and fedmuscle score every peer at every evaluation already: their `ignores`, which would warn)."""
+    if PEER_SCORES in opts:
+        return opts
+    try:
+        from p2pfl.options import catalogue
+
+        algorithm = opts.get("algorithm") or make_config().algorithm
+        if PEER_SCORES in catalogue().get(str(algorithm)).ignores:
+            return opts
+    except (KeyError, ValueError, TypeError, ImportError):  # an unknown method: check_points refuses it, not here
+        pass
+    return {**opts, PEER_SCORES: STUDY_PEER_SCORES}
+
+
 @dataclass(frozen=True)
 class Point:
     """One run of a study: its name, its label on each axis and its complete p2pfl.run options (a tuned study's
@@ -237,7 +261,7 @@ def expand(data: Any, default_name: str = "study", root: str | None = None) -> P
             own_grid.update(g)
             varied.update(o)
         try:
-            opts = _with_plugins(opts, root)
+            opts = point_options(_with_plugins(opts, root))
         except plugins.PluginError as exc:
             raise StudyError(f"point {shown(labels)}: {exc}") from None
         name = "__".join(_safe(f"{a}-{labels[a]}") for a in order if a in labels)
