@@ -225,8 +225,9 @@ class Group:
         return [m[metric] for m in (p.final_metrics() for p in self.done) if metric in m]
 
     def interval(self, metric: str) -> Interval | None:
-        """Mean and 95% Student-t CI of a final metric over the finished seeds, at any n >= 2 (analysis.frontier's
-        verdicts; the report's tables use ``estimate``); None when no finished run has it."""
+        """Mean and 95% Student-t CI of a final metric over the finished seeds, at any n >= 2 (a reference for the
+        tests; every table and figure uses ``estimate``, which gives no t-interval below 3 seeds); None when no
+        finished run has it."""
         return mean_ci(self.values(metric))
 
     def estimate(self, metric: str, aggregate: str = MEAN) -> Estimate | None:
@@ -436,15 +437,6 @@ def _md(text: object) -> str:
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(_md(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     return "\n".join(lines + ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows])
-
-
-def _fmt_interval(iv: Interval | None) -> str:
-    """mean ± t-interval half-width: analysis.frontier's cells (its verdicts are defined on that interval)."""
-    if iv is None:
-        return "–"
-    if iv.half_width is None:
-        return f"{iv.mean:.4g} (n=1, no CI)"
-    return f"{iv.mean:.4g} ± {iv.half_width:.2g}"
 
 
 def groups_markdown(study: Study, metrics: Sequence[str], aggregate: str = MEAN) -> str:
