@@ -474,13 +474,16 @@ def _unmeasured_note(study: Study) -> list[str]:
 
 
 def constant_metrics(study: Study, metrics: Sequence[str]) -> dict[str, float]:
-    """The metrics with one value in every finished run (at least two runs, each reporting it: peers_scored = 16),
-    by name: a column of them tells nothing about the groups."""
+    """The metrics with one value in every finished run that reports it (at least two such runs: peers_scored = 16,
+    also where another task's runs have no peers to score), by name: a column of them tells nothing about the
+    groups."""
     finals = [p.final_metrics() for p in study.points if p.state == DONE]
-    if len(finals) < 2:
-        return {}
-    return {m: finals[0][m] for m in metrics
-            if all(m in f for f in finals) and len({f[m] for f in finals}) == 1}
+    out = {}
+    for m in metrics:
+        values = {f[m] for f in finals if m in f}
+        if sum(m in f for f in finals) >= 2 and len(values) == 1:
+            out[m] = values.pop()
+    return out
 
 
 def build_study_markdown(study: Study, figures: dict[str, Path] | None = None, base: Path | None = None,
@@ -495,7 +498,8 @@ def build_study_markdown(study: Study, figures: dict[str, Path] | None = None, b
     candidates = report_metrics(study, lead)
     constant = constant_metrics(study, candidates)
     shown = [m for m in candidates if m not in constant]
-    constant_note = ["constant in every run: " + ", ".join(f"{m} = {v:.6g}" for m, v in constant.items()), ""] \
+    constant_note = ["constant in every run that reports it: "
+                     + ", ".join(f"{m} = {v:.6g}" for m, v in constant.items()), ""] \
         if constant else []
     parts = [f"# Study report: {study.name}", "", lead_sentence(study, lead), "",
              f"Study folder `{study.path}`; axes: {', '.join(study.axes)}; {len(study.points)} points: "

@@ -631,7 +631,7 @@ def plot_study(study: Study, out_dir: Path, metric: str | None, aggregate: str =
     makers = [("consensus distance against round", lambda: plot_consensus(study, out_dir, aggregate))]
     if metric is not None:
         makers = [(f"final {metric} against spectral gap", lambda: plot_gap(study, metric, out_dir, aggregate)),
-                  (f"final {metric} against spectral gap, p and n_eff",
+                  (f"final {metric} against spectral gap, p, p_mean and n_eff",
                    lambda: plot_measures(study, metric, out_dir, aggregate)),
                   (f"{metric} against round", lambda: plot_metric_rounds(study, metric, out_dir, aggregate)),
                   (f"{metric} against simulated time", lambda: plot_metric_time(study, metric, out_dir, aggregate)),

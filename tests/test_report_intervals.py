@@ -149,10 +149,24 @@ def test_a_constant_column_leaves_the_table_for_a_note(study, tmp_path):
     header, rows = md_table(text)
     assert "peers_scored" not in header and "zeta2" in header
     assert "best_cluster" in header  # 1 in every run but one: not constant, kept
-    assert text.count("constant in every run: peers_scored = 16\n") == 1
+    assert text.count("constant in every run that reports it: peers_scored = 16\n") == 1
     assert len({len(r) for r in rows.values()} | {len(header)}) == 1
     # table.csv keeps every metric
     assert float(table["pair"]["peers_scored_mean"]) == PEERS_SCORED
+
+
+def test_constant_among_the_runs_that_report_it():
+    """A study of two tasks, one without peers to score: peers_scored = 24 wherever it is reported is constant (a
+    note, not a column); a metric of one run alone, or one that varies, is not."""
+    from types import SimpleNamespace
+
+    from analysis.study import DONE, constant_metrics
+
+    finals = [{"acc": 0.5, "peers_scored": 24.0, "once": 1.0}, {"acc": 0.7, "peers_scored": 24.0},
+              {"acc": 0.6, "error": 0.1}, {"acc": 0.6, "error": 0.2}]
+    points = [SimpleNamespace(state=DONE, final_metrics=lambda f=f: f) for f in finals]
+    study = SimpleNamespace(points=points)
+    assert constant_metrics(study, ["acc", "peers_scored", "once", "error"]) == {"peers_scored": 24.0}
 
 
 def test_iqm_is_the_mean_of_the_middle_half():
