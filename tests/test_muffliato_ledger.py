@@ -140,6 +140,23 @@ def test_fallback_is_the_count_of_draws_that_reached() -> None:
     np.testing.assert_array_equal(ledger.rho, want)  # draw t reaches v after hops − 1 more steps
 
 
+def test_fallback_retires_the_draws_that_reached_everyone() -> None:
+    """In `reach` the draws that have reached every pair are counted and dropped: over 40 rounds of the cycle of 8
+    (diameter 4) the ledger keeps at most diameter + 1 draws' supports, and its ρ is still the count of draws that
+    reached v, R − (hops − 1) (every draw reaches every peer: it would be R at hop 1)."""
+    g = GRAPHS["cycle8"]
+    net = (metropolis(g), nx.to_numpy_array(g) > 0)
+    ledger, rounds = PairwiseLedger(8, 1.0, dense_limit=0), 40
+    for _ in range(rounds):
+        ledger.inject()
+        ledger.step(*net)
+        assert len(ledger.products) <= nx.diameter(g) + 1
+    hops = dict(nx.all_pairs_shortest_path_length(g))
+    want = np.array([[0 if u == v else rounds - (hops[u][v] - 1) for v in range(8)] for u in range(8)])
+    np.testing.assert_array_equal(ledger.rho, want)
+    assert ledger.full == rounds - len(ledger.products)
+
+
 def test_ledger_on_a_failing_network(tmp_path: Path) -> None:
     """Noise every round on a random graph whose links fail (the schedule's own W and links, read as input): the
     ledger kept by the scheme round by round bounds the brute force over those networks."""

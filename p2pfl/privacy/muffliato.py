@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import networkx as nx
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from p2pfl.seeding import torch_generator
@@ -92,9 +93,10 @@ class PairwiseLedger:
 
     def __init__(self, n: int, scale: float, dense_limit: int = DENSE_LIMIT) -> None:
         self.n, self.scale, self.dense_limit = n, scale, dense_limit  # scale: Δ²/(2σ²), local DP's ρ of a draw
-        self.products: list[np.ndarray] = []  # Q_t: the gossip steps since draw t
+        self.products: list[np.ndarray] = []  # Q_t: the gossip steps since draw t (in `reach`: its support only)
         self.reached: list[np.ndarray] = []  # per draw, [u, v]: b_t ≠ 0
         self.bases: list[np.ndarray] | None = [np.zeros((0, 0)) for _ in range(n)]  # per v, rows orthonormal
+        self.full = 0  # in `reach`: the draws that reached every pair, retired (their products no longer kept)
 
     @property
     def mode(self) -> str:
@@ -103,23 +105,38 @@ class PairwiseLedger:
 
     def inject(self) -> None:
         """A fresh noise draw: its product starts at I, and the bases gain its K columns (zero in older rows)."""
-        self.products.append(np.eye(self.n))
+        self.products.append(np.eye(self.n, dtype=np.float64 if self.bases is not None else bool))
         self.reached.append(np.zeros((self.n, self.n), dtype=bool))
         if self.bases is not None:
             self.bases = [np.hstack([U, np.zeros((U.shape[0], self.n))]) for U in self.bases]
 
     def step(self, W: np.ndarray, hears: np.ndarray) -> None:
         """One gossip step: v receives every w's current value with hears[v, w] (w ≠ v), then Q_t ← W Q_t."""
-        assert self.products, "a gossip step before any noise"
+        assert self.products or self.full, "a gossip step before any noise"
         observed = np.array(hears, dtype=bool)
         np.fill_diagonal(observed, False)
+        seen = sp.csr_matrix(observed, dtype=np.float64)  # a few senders a row: O(edges · K) a draw, not K³
         for Q, reached in zip(self.products, self.reached):
-            reached |= (observed.astype(np.float64) @ (Q != 0)).T > 0  # [u, v]: Σ_w hears[v, w]·[Q_wu ≠ 0]
+            reached |= (seen @ (Q != 0).astype(np.float64)).T > 0  # [u, v]: Σ_w hears[v, w]·[Q_wu ≠ 0]
         if self.bases is not None:
             self.bases = [self._grow(U, v, np.flatnonzero(observed[v])) for v, U in enumerate(self.bases)]
             if sum(U.size for U in self.bases) > self.dense_limit:
                 self.bases = None
-        self.products = [W @ Q for Q in self.products]
+                self.products = [Q != 0 for Q in self.products]
+        if self.bases is None:  # `reach`: supports only (W ≥ 0: no cancellation), sparse W, finished draws retired
+            self._retire()
+            links = sp.csr_matrix(np.asarray(W) != 0, dtype=np.float64)
+            self.products = [(links @ S.astype(np.float64)) > 0 for S in self.products]
+        else:
+            self.products = [W @ Q for Q in self.products]
+
+    def _retire(self) -> None:
+        """In `reach`: count and drop the draws that have reached every pair (their count can only stay 1), so
+        the draws kept are those still spreading, about a diameter's worth of rounds, not every round's."""
+        off = ~np.eye(self.n, dtype=bool)
+        kept = [(S, r) for S, r in zip(self.products, self.reached) if not r[off].all()]
+        self.full += len(self.products) - len(kept)
+        self.products, self.reached = [S for S, _ in kept], [r for _, r in kept]
 
     def _grow(self, U: np.ndarray, v: int, senders: np.ndarray) -> np.ndarray:
         """U with the directions of v's new rows (Q_t)_w, w in `senders`, that it lacks (v's columns zeroed)."""
@@ -140,7 +157,8 @@ class PairwiseLedger:
     @property
     def rho(self) -> np.ndarray:
         """ρ_{u→v} so far (row u, column v; diagonal 0)."""
-        draws = np.sum(self.reached, axis=0, dtype=np.float64) if self.reached else np.zeros((self.n, self.n))
+        draws = self.full + (np.sum(self.reached, axis=0, dtype=np.float64) if self.reached
+                             else np.zeros((self.n, self.n)))
         if self.bases is not None and self.reached:
             J = len(self.products)
             total = np.zeros((self.n, self.n))
