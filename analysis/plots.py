@@ -120,10 +120,9 @@ def plot_consensus(run: Run, out_dir: Path) -> Path | None:
     predicted = run.spectral_prediction()
     lam = second_eigenvalue(run)
     measured = xs + zeros
-    if predicted is not None and measured and max(
-            (b / a for a, b in zip(predicted[1], predicted[1][1:]) if a > 0), default=0.0) >= 1.0:
+    if predicted is not None and measured and Run.prediction_rises(predicted):
         # a row-stochastic, not doubly stochastic W (EL-Local): σ2 > 1, the product rises and bounds nothing
-        ax.plot([], [], linestyle="none", label="no gossip-alone prediction: σ2(W) ≥ 1, it would rise")
+        ax.plot([], [], linestyle="none", label="no gossip-alone prediction: σ2(W) > 1, it would rise")
     elif predicted is not None and measured:
         keep = [(x, y) for x, y in zip(*predicted) if y > 0 and min(measured) <= x <= max(measured)]
         if len(keep) >= 2:  # over the measured rounds only, and not widening the y axis (an artist, clipped)

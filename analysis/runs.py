@@ -46,6 +46,9 @@ PARTITION_PARAMETER = {"dirichlet": "alpha", "skew": "beta"}
 #: The records' round index (for --mode async, the index of a batch of events): the default x of a series.
 ROUND = "round"
 
+#: A spectral prediction's one-round factor above 1 + this rises (σ2 = 1 computed as 1 + 4e-16 does not).
+RISE_TOLERANCE = 1e-9
+
 
 def active_count(record: RoundRecord | SummarisedRound) -> int:
     """How many peers took part in a round, from its `active` list or, in a summarised record, `active_count`."""
@@ -220,6 +223,15 @@ class Run:
         if self.summary is not None:
             return self.summary["wall_s"]
         return self.rounds[-1]["elapsed_s"] if self.rounds else None
+
+    @staticmethod
+    def prediction_rises(prediction: tuple[list[float], list[float]]) -> bool:
+        """Whether a spectral prediction rises in some round (σ2(W_t)² > 1 beyond rounding: a row-stochastic W that
+        is not doubly stochastic, EL-Local's), so that it bounds nothing. A factor of exactly 1 (a doubly
+        stochastic round whose graph is disconnected: a permutation round of the one-peer exponential graph)
+        keeps it flat, still a bound."""
+        ys = prediction[1]
+        return any(b > a * (1.0 + RISE_TOLERANCE) for a, b in zip(ys, ys[1:]) if a > 0)
 
     def spectral_prediction(self) -> tuple[list[float], list[float]] | None:
         """(rounds, c·Π_{t0<s<=t} σ2(W_s)²): what gossip alone would leave, from the first positive consensus

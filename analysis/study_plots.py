@@ -447,7 +447,7 @@ def contraction(prediction: tuple[list[float], list[float]]) -> float:
 
 
 #: Why a prediction is not drawn (a legend entry of the consensus figures).
-NO_BOUND = "no gossip-alone prediction: σ2(W) ≥ 1 (W not doubly stochastic), c·Π σ2² would rise, bounding nothing"
+NO_BOUND = "no gossip-alone prediction: σ2(W) > 1 (W not doubly stochastic), c·Π σ2² would rise, bounding nothing"
 
 
 def prediction_within(prediction: tuple[list[float], list[float]], low: float, high: float
@@ -460,10 +460,10 @@ def prediction_within(prediction: tuple[list[float], list[float]], low: float, h
 def plot_consensus(study: Study, out_dir: Path, aggregate: str = MEAN) -> Path | None:
     """consensus.png: consensus distance against round (log scale), mean (or IQM) over seeds with its band
     (``spread``), and the mean of the runs' spectral predictions c·Π σ2(W_t)² (dashed; Run.spectral_prediction)
-    where it bounds (``contraction`` < 1 in every seed; else a legend entry says why not) and only over the rounds
-    measured, without widening the y axis (an artist outside the data limits, clipped by the panel). Rounds at
-    which every seed is at exact consensus (0, which a log axis cannot show: the complete graph) are marked on
-    the panel's bottom edge and named in the legend, not dropped as if missing."""
+    where it bounds (no round of any seed rises: ``Run.prediction_rises``; else a legend entry says why not) and
+    only over the rounds measured, without widening the y axis (an artist outside the data limits, clipped by the
+    panel). Rounds at which every seed is at exact consensus (0, which a log axis cannot show: the complete graph)
+    are marked on the panel's bottom edge and named in the legend, not dropped as if missing."""
     notes: list[str] = []
 
     def draw(ax, group: Group, colour, label: str) -> bool:
@@ -480,7 +480,7 @@ def plot_consensus(study: Study, out_dir: Path, aggregate: str = MEAN) -> Path |
         predicted = [p for p in (run.spectral_prediction() for run in runs) if p is not None and p[0]]
         measured_x = [x for c in curves for x in c] + list(zeros)
         if predicted and measured_x:
-            if any(contraction(p) >= 1.0 for p in predicted):
+            if any(Run.prediction_rises(p) for p in predicted):
                 notes.append(f"{label}: {NO_BOUND}")
             else:
                 xs, mean, _, _ = _band(dict(zip(*p)) for p in predicted)

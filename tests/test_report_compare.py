@@ -18,6 +18,7 @@ import pytest
 
 import analysis.study_plots as study_plots
 from analysis.report import main as report_main
+from analysis.runs import Run
 from analysis.study import headline_metric, load_study, ordered_metrics
 from analysis.study_plots import (
     bytes_figure,
@@ -234,7 +235,7 @@ def test_a_prediction_is_drawn_only_where_it_bounds_and_only_over_the_measured_r
                    for t, ax in panels.items()}
     assert predictions["star"] == []  # σ2 = 1.2: the product rises
     legend_text = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
-    assert any(t.startswith("mean over seeds: no gossip-alone prediction: σ2(W) ≥ 1") for t in legend_text)
+    assert any(t.startswith("mean over seeds: no gossip-alone prediction: σ2(W) > 1") for t in legend_text)
     for topology in ("ring", "complete"):
         (line,) = predictions[topology]
         xs = list(line.get_xdata())
@@ -246,6 +247,9 @@ def test_a_prediction_is_drawn_only_where_it_bounds_and_only_over_the_measured_r
         assert min(line.get_ydata()) < low  # the prediction falls below: clipped, not stretching the axis
     assert contraction(([0, 1, 2], [1.0, 0.25, 0.0625])) == 0.25
     assert contraction(([0, 1], [1.0, 1.44])) >= 1
+    assert Run.prediction_rises(([0, 1], [1.0, 1.44]))
+    # σ2 = 1 of a disconnected doubly stochastic round (one-peer exponential, K = 16: computed 1 + 4e-16) is flat
+    assert not Run.prediction_rises(([0, 1, 2], [1.0, 1.0000000000000004, 0.25]))
     assert prediction_within(([0, 1, 2, 3], [1.0, 0.5, 0.0, 0.1]), 0, 2) == ([0, 1], [1.0, 0.5])
 
 
