@@ -289,14 +289,14 @@ class RunConfig:
 
     def source(self, name: str) -> str:
         """Where option `name`'s value came from, as the banner says it: "given" (the user set it), "method
-        default" (the method's own value, Algorithm.defaults), "default for own data" (`data_defaults`), else
-        "core default" (RunConfig's)."""
+        default" (the method's own value, Algorithm.defaults), "default for own data" (`data_defaults`; on
+        --resume "recorded by the run", which may have been any of these), else "core default" (RunConfig's)."""
         if name in self.given:
             return "given"
         if name in self.from_method:
             return "method default"
-        if name in self.from_data:
-            return DATA_DEFAULT
+        if name in self.from_data:  # on --resume, `data_defaults` took the value the run recorded
+            return RECORDED if self.resume is not None else DATA_DEFAULT
         return "core default"
 
 
@@ -532,6 +532,8 @@ def make_config(**values: Any) -> RunConfig:
 
 #: How the banner and --print-config name the source of a value `data_defaults` chose.
 DATA_DEFAULT = "default for own data"
+#: ... and of the value a --resume took from the run's config.yaml where the user gave none.
+RECORDED = "recorded by the run"
 #: The partition a dataset of one's own files takes when none is given (`data_defaults`).
 OWN_DATA_PARTITION = "iid"
 
@@ -834,8 +836,9 @@ def to_yaml(cfg: RunConfig) -> str:
     (`# default for own data`); given values and the core's defaults are left unmarked (config.yaml, the run
     folder's, is this text too)."""
     lines = []
+    marks = {"method default": f"{cfg.algorithm}'s default", DATA_DEFAULT: DATA_DEFAULT, RECORDED: RECORDED}
     for key, value in cfg.to_dict().items():
         line = yaml.safe_dump({key: value}, sort_keys=False).rstrip("\n")
-        mark = {"method default": f"{cfg.algorithm}'s default", DATA_DEFAULT: DATA_DEFAULT}.get(cfg.source(key))
+        mark = marks.get(cfg.source(key))
         lines.append(f"{line}  # {mark}" if mark else line)
     return "\n".join(lines) + "\n"

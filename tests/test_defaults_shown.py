@@ -16,7 +16,16 @@ import numpy as np
 import pytest
 
 from p2pfl.cli_help import method_defaults
-from p2pfl.config import DATA_DEFAULT, OWN_DATA_PARTITION, RunConfig, _as_written, _flag, data_defaults, make_config
+from p2pfl.config import (
+    DATA_DEFAULT,
+    OWN_DATA_PARTITION,
+    RECORDED,
+    RunConfig,
+    _as_written,
+    _flag,
+    data_defaults,
+    make_config,
+)
 from p2pfl.records import RunSetup
 from p2pfl.run import main
 from p2pfl.runtime.banner import chance_warning
@@ -100,12 +109,12 @@ def test_a_resume_keeps_the_recorded_partition(own_run: tuple[Path, str, str], t
     manifest = json.loads((run_dir / "manifest.json").read_text())
     dataset = manifest["config"]["dataset"]
     cfg = make_config(algorithm="fedavg", dataset=dataset, rounds=3, resume=str(run_dir))
-    assert cfg.partition == OWN_DATA_PARTITION and cfg.source("partition") == DATA_DEFAULT
+    assert cfg.partition == OWN_DATA_PARTITION and cfg.source("partition") == RECORDED  # whatever chose it then
     copy = tmp_path / "copy"
     shutil.copytree(run_dir, copy)
     proc = run_job(["-m", "p2pfl.run", *RUN, "--rounds", "3", "--dataset", dataset, "--resume", str(copy)], ranks=0)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"\npartition: {OWN_DATA_PARTITION}  # {DATA_DEFAULT}\n" in (copy / "config.yaml").read_text()
+    assert f"\npartition: {OWN_DATA_PARTITION}  # {RECORDED}\n" in (copy / "config.yaml").read_text()
     assert json.loads((copy / "summary.json").read_text())["rounds"] == 3
     older = tmp_path / "older"
     older.mkdir()
