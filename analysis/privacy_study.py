@@ -77,11 +77,12 @@ def rows(study: Path) -> list[dict[str, Any]]:
 
 @styled
 def figure(table: list[dict[str, Any]], path: Path) -> Path:
-    """Three panels (accuracy, ε, MIA AUC), mechanisms on the x axis, one bar per topology with its interval."""
+    """Three panels (the peers' mean accuracy, ε, MIA AUC), mechanisms on the x axis, one bar per topology with its
+    interval."""
     topologies = list(dict.fromkeys(r["topology"] for r in table))
     mechanisms = list(dict.fromkeys(r["mechanism"] for r in table))
     fig = new_figure(12, 3.8)
-    panels = (("test_acc_avg", "test accuracy, network average"),
+    panels = (("test_acc_peer_mean", "test accuracy, peers' own models (mean)"),
               ("epsilon", "ε (the mechanism's accountant, δ = 1e-5)"),
               ("mia_auc", "membership-inference AUC (0.5: no leak seen)"))
     width = 0.8 / len(topologies)
@@ -102,8 +103,9 @@ def figure(table: list[dict[str, Any]], path: Path) -> Path:
             ax.set_ylim(0.4, 0.65)
         ax.set_xticks(range(len(mechanisms)), mechanisms, rotation=20)
         ax.set_ylabel(label)
-        if i == 0:
-            ax.legend(title="topology")
+        if i == 0:  # above the panel, off the bars
+            ax.legend(title="topology", loc="lower left", bbox_to_anchor=(0.0, 1.02), ncol=len(topologies),
+                      borderaxespad=0.0)
     fig.tight_layout()
     return save(fig, path)
 
