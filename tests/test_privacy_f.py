@@ -238,7 +238,11 @@ def test_attacks_placement_independent(runs_dir: Path, attack: str) -> None:
     else:
         args = ["-m", "p2pfl.run", "--algorithm", "dec-sl", "--model", "mlp", "--rounds", "2", "--local-steps", "4",
                 "--dataset", noise_csv(runs_dir / "noise.csv"), "--test-split", "0.5", "--batch-size", "10",
-                "--curious-samples", "12", "--dtype", "float64", *common]  # float64: as the core's own 1-vs-2 tests
+                "--curious-samples", "12", "--dtype", "float64", "--partition", "dirichlet", *common]
+        # float64: as the core's own 1-vs-2 tests. Dirichlet: the split this test was written on (own data is split
+        # iid by default since issue 56); on iid shards a rank's peers train as one stacked computation, whose
+        # float64 results differ in the last bit with the stack's size (1 ulp of drift_to_avg between 1 and 2 ranks):
+        # a known gap of --batch-peers, not of the attack this test checks
     one_and_two_ranks_equal(args, runs_dir, "curious_")
 
 
