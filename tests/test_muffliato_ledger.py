@@ -14,6 +14,7 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 import pytest
+from test_privacy_f import metropolis
 
 import p2pfl
 from p2pfl.privacy.gaussian import epsilon_at
@@ -23,15 +24,6 @@ from helpers_inproc import setup_algorithm
 
 DELTA = 1e-5
 ROUNDING = 1e-9  # relative: pseudo-inverses and projections in float64
-
-
-def metropolis(graph: nx.Graph) -> np.ndarray:
-    """W_ij = 1/(1 + max(d_i, d_j)) on the edges, the rest of each row on the diagonal."""
-    n = graph.number_of_nodes()
-    W = np.zeros((n, n))
-    for i, j in graph.edges:
-        W[i, j] = W[j, i] = 1 / (1 + max(graph.degree[i], graph.degree[j]))
-    return W + np.diag(1 - W.sum(1))
 
 
 def views(rounds: list[tuple[np.ndarray, np.ndarray]], steps: int, once: bool) -> tuple[list[np.ndarray], int]:

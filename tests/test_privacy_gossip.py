@@ -18,6 +18,7 @@ import networkx as nx
 import numpy as np
 import pytest
 import torch
+from test_privacy_f import metropolis
 
 import p2pfl
 from analysis.runs import Run
@@ -30,15 +31,6 @@ from golden_cases import normalise
 from helpers_inproc import setup_algorithm
 
 DELTA = 1e-5
-
-
-def _metropolis(graph: nx.Graph) -> np.ndarray:
-    """W_ij = 1/(1 + max(d_i, d_j)) on the edges, the rest of each row on the diagonal."""
-    n = graph.number_of_nodes()
-    W = np.zeros((n, n))
-    for i, j in graph.edges:
-        W[i, j] = W[j, i] = 1 / (1 + max(graph.degree[i], graph.degree[j]))
-    return W + np.diag(1 - W.sum(1))
 
 
 def _run(tmp_path: Path, **options) -> tuple[Run, Path]:
@@ -129,7 +121,7 @@ def test_decor_moves_the_average_by_the_local_noise_only(tmp_path: Path) -> None
     moved = after.mean(0) - before.mean(0)
     assert float((moved - local.mean(0)).abs().max()) < 1e-12
     assert float(local.mean(0).abs().max()) > 1e-4  # the local noise does move it
-    W = _metropolis(nx.cycle_graph(k))
+    W = metropolis(nx.cycle_graph(k))
     assert float((after - torch.from_numpy(W) @ before).abs().max()) > 1.0  # the pairwise noise is there
 
 
