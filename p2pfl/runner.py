@@ -78,7 +78,7 @@ class Runner:
 
     def run(self) -> Summary | None:
         """All rounds, evaluations and the summary; returns the summary on rank 0."""
-        with frozen_heap():
+        with frozen_heap(len(self.ctx.local_peers)):
             return self._run_rounds()
 
     def _run_rounds(self) -> Summary | None:
@@ -174,6 +174,8 @@ class Runner:
                    for peer in self.ctx.local_peers}
         gathered = self.world.gather(digests)
         if self.world.is_root:
+            if self.ctx.folder is not None:
+                self.ctx.folder.sync()  # the records up to `round` on the disk before the state file names it
             save_state(self.ctx.run_dir, round, self.ctx.n_peers, {p: d for part in gathered for p, d in part.items()},
                        self.checkpoint_extra())
 

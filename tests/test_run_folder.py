@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import p2pfl.runtime.files as files
+import p2pfl.runtime.heap as heap
 from analysis.frames import frame
 from analysis.runs import load_run
 from p2pfl.config import make_config
@@ -155,3 +156,55 @@ def test_a_name_that_is_not_one_folder_is_refused(tmp_path: Path, capsys, name: 
     if len(name) > 200:
         assert lines[0] == "p2pfl: error: --name: too long (300 characters); at most 200 allowed"
     assert _tree(tmp_path) == before
+
+
+def test_records_reach_the_disk_before_the_checkpoint_that_names_their_round(tmp_path: Path, monkeypatch) -> None:
+    """metrics.jsonl is synced when a checkpoint is about to name its round and at the end, not once a record:
+    every state.json written finds each record of the rounds it covers already synced."""
+    import p2pfl.runner as runner
+
+    synced: list[int] = []  # the metrics.jsonl lines on the disk after each fsync of it
+    named: list[tuple[int, int]] = []  # (round a state file names, lines synced by then)
+    real_fsync, real_save_state = os.fsync, runner.save_state
+    metrics = tmp_path / "r" / "metrics.jsonl"
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        if os.path.exists(metrics) and os.path.samestat(os.fstat(fd), os.stat(metrics)):
+            synced.append(len(metrics.read_text().splitlines()))
+
+    def save_state(run_dir: Path, round: int, *args, **kwargs) -> None:
+        named.append((round, synced[-1] if synced else 0))
+        real_save_state(run_dir, round, *args, **kwargs)
+
+    monkeypatch.setattr(files.os, "fsync", fsync)
+    monkeypatch.setattr(runner, "save_state", save_state)
+    assert main([*CONSENSUS, "--rounds", "4", "--checkpoint-every", "2", "--out", str(tmp_path), "--name", "r"]) == 0
+    lines = metrics.read_text().splitlines()
+    assert [r for r, _ in named] == [2, 4]
+    for round, on_disk in named:  # the round-0 record and one a round up to the named round (no evaluations)
+        assert on_disk >= round + 1
+    assert synced[-1] == len(lines)  # everything, at the end
+    assert len(synced) <= 3  # two checkpoints and the close: not one a record
+
+
+@pytest.mark.parametrize("peers", [heap.FREEZE_FROM - 1, heap.FREEZE_FROM])
+def test_the_heap_is_frozen_for_the_rounds_from_enough_peers_only(peers: int) -> None:
+    """The freeze (and the full collection before it) only where a process holds FREEZE_FROM peers or more; the
+    heap is unfrozen after the block either way."""
+    import gc
+
+    before = gc.get_freeze_count()  # conftest froze the session's imports
+    gc.unfreeze()
+    try:
+        with heap.frozen_heap(peers):
+            assert (gc.get_freeze_count() > 0) == (peers >= heap.FREEZE_FROM)
+        assert gc.get_freeze_count() == 0
+        gc.freeze()  # a process that froze its own objects before: still frozen after the block
+        with heap.frozen_heap(peers):
+            pass
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        if before:
+            gc.freeze()

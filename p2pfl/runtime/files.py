@@ -153,8 +153,10 @@ def jsonable(obj: Any) -> Any:
 
 
 class JsonLines:
-    """An append-only JSON-lines log: each record is one line, written by one write on an O_APPEND descriptor and
-    synced; a write that fails (disk full) is cut back to the file's previous end, so no partial line stays."""
+    """An append-only JSON-lines log: each record is one line, written by one write on an O_APPEND descriptor (in
+    the operating system's hands at once: a killed process loses no record); a write that fails (disk full) is cut
+    back to the file's previous end, so no partial line stays. Synced to the disk by `sync` and `close`, not after
+    every record: on a cluster's network filesystem an fsync is a round trip to its servers, one a round."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
@@ -168,13 +170,20 @@ class JsonLines:
             written = os.write(self._fd, data)
             if written != len(data):
                 raise OSError(f"{self.path}: wrote {written} of {len(data)} bytes (disk full?)")
-            os.fsync(self._fd)
         except OSError:
             os.ftruncate(self._fd, end)
             raise
 
-    def close(self) -> None:
-        """Close the file (once)."""
+    def sync(self) -> None:
+        """Every record written so far on the disk (fsync)."""
         if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        """Sync and close the file (once)."""
+        if self._fd >= 0:
+            try:
+                self.sync()
+            finally:
+                os.close(self._fd)
+                self._fd = -1

@@ -5,16 +5,29 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+#: Peers on a process from which its set-up's heap is frozen for the rounds. Freezing costs one full collection
+#: first (0.2-0.5 s with torch imported: a large share of a small run); below this many peers the objects a peer
+#: leaves are too few for the rounds' collections to notice.
+FREEZE_FROM = 128
+
 
 @contextmanager
-def frozen_heap() -> Iterator[None]:
-    """Freeze every object alive now (gc.freeze) for the block, unfreeze after it. Set-up leaves objects a peer
-    and a link (peers, rows of W, link maps) that the cyclic collector would otherwise walk again in every
-    full collection the rounds trigger: a round's cost then grows with K times the collections. Frozen objects
-    are still freed by reference counting; only cycles among them wait for the unfreeze."""
+def frozen_heap(peers: int) -> Iterator[None]:
+    """Freeze every object alive now (gc.freeze) for the block, unfreeze after it, when the process holds at least
+    FREEZE_FROM `peers`. Set-up leaves objects a peer and a link (peers, rows of W, link maps) that the cyclic
+    collector would otherwise walk again in every full collection the rounds trigger: a round's cost then grows
+    with K times the collections. Frozen objects are still freed by reference counting; only cycles among them wait
+    for the unfreeze."""
+    if peers < FREEZE_FROM:
+        yield
+        return
+    frozen_before = gc.get_freeze_count() > 0  # by the process's owner (a test session freezes its imports)
     gc.collect()
     gc.freeze()
     try:
         yield
     finally:
         gc.unfreeze()
+        if frozen_before:  # gc.unfreeze releases every frozen object: the survivors are frozen again
+            gc.collect()
+            gc.freeze()

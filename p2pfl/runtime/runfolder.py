@@ -121,6 +121,12 @@ class RunFolder:
         self.metrics.write(record)
         self.loggers.record(record)
 
+    def sync(self) -> None:
+        """metrics.jsonl on the disk, as a checkpoint is about to name its round (the other files are written
+        atomically, each synced)."""
+        if self.metrics is not None:
+            self.metrics.sync()
+
     def log_plots(self) -> None:
         """Hand plots/*.png, as plot_run drew them at the end, to the trackers."""
         if self.loggers is not None:
