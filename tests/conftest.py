@@ -1,6 +1,8 @@
 """Shared test helpers: launching jobs under mpirun, finding the project's data."""
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import shutil
@@ -50,24 +52,145 @@ def run_job(args: list[str], ranks: int = 1, timeout: float = 240, cwd: Path | N
     if ranks == 0 and args[:2] == ["-m", "p2pfl.run"] and not fresh:
         return in_process(args[2:], timeout=timeout, cwd=cwd or ROOT, env=env)
     cmd = [sys.executable, *args]
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
     if ranks > 0:
         launcher = mpirun_path()
         if launcher is None:
             pytest.skip("no mpirun available")
+        if not fresh and (args[:2] == ["-m", "p2pfl.run"] or args[0].endswith(".py")):
+            return _POOL.run(launcher, ranks, args, timeout, cwd or ROOT, full_env)
+        _POOL.close()  # a job launched afresh gets the memory this worker's kept ranks would hold
         cmd = [launcher, "-n", str(ranks), *cmd]
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT, env=full_env)
 
 
+class MpiPool:
+    """Jobs under mpirun on ranks kept for the session (tests/mpi/server.py), one server a rank count: each job
+    runs as a fresh `mpirun -n R python ARGS` would, without paying R interpreters and torch's imports again (2-5 s
+    of a core a rank). A job that aborts ends its server (the next job starts another), as it ends its launch;
+    mpirun's own output then ends the job's stderr. `fresh=True` in run_job (signals, the launcher, a fresh
+    interpreter's imports) or P2PFL_TEST_FRESH=1 launch each job instead."""
+
+    def __init__(self) -> None:
+        self._servers: dict[int, tuple[subprocess.Popen, Path, int]] = {}  # ranks: (mpirun, folder, jobs sent)
+
+    def _server(self, launcher: str, ranks: int, env: dict) -> tuple[subprocess.Popen, Path, int]:
+        import tempfile
+
+        found = self._servers.get(ranks)
+        if found is not None and found[0].poll() is None:
+            return found
+        folder = Path(tempfile.mkdtemp(prefix=f"p2pfl-mpi{ranks}-"))
+        log = (folder / "mpirun.log").open("w")
+        proc = subprocess.Popen([launcher, "-n", str(ranks), sys.executable, str(ROOT / "tests" / "mpi" / "server.py"),
+                                 str(folder), str(os.getpid())], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                env=env, start_new_session=True)
+        log.close()
+        self._servers[ranks] = found = (proc, folder, 0)
+        return found
+
+    def run(self, launcher: str, ranks: int, args: list[str], timeout: float, cwd: Path,
+            env: dict) -> subprocess.CompletedProcess:
+        """`mpirun -n ranks python ARGS` (cwd, the whole environment `env`) on the kept ranks."""
+        import time
+
+        from p2pfl.runtime.files import write_atomic
+
+        proc, folder, sent = self._server(launcher, ranks, env)
+        n = sent + 1
+        self._servers[ranks] = (proc, folder, n)
+        log_start = (folder / "mpirun.log").stat().st_size
+        write_atomic(folder / f"{n}.json", json.dumps({"argv": args, "env": env, "cwd": str(cwd)}))
+        codes = [folder / f"{n}.{rank}.rc" for rank in range(ranks)]
+        deadline = time.monotonic() + timeout
+        pause = 1e-3
+        while not all(code.exists() for code in codes):
+            if proc.poll() is not None:  # aborted: mpirun ended every rank
+                break
+            if time.monotonic() > deadline:
+                self._stop(ranks)
+                raise subprocess.TimeoutExpired(["mpirun", "-n", str(ranks), *args], timeout)
+            time.sleep(pause)
+            pause = min(2 * pause, 0.02)
+
+        def read(name: str) -> str:
+            path = folder / name
+            return path.read_text(errors="replace") if path.exists() else ""
+
+        stdout = "".join(read(f"{n}.{rank}.out") for rank in range(ranks))
+        stderr = "".join(read(f"{n}.{rank}.err") for rank in range(ranks))
+        if proc.poll() is not None:
+            proc.wait()
+            with (folder / "mpirun.log").open(errors="replace") as log:
+                log.seek(log_start)
+                stderr += log.read()
+            rc = proc.returncode or 1
+            shutil.rmtree(folder, ignore_errors=True)
+            del self._servers[ranks]
+        else:
+            statuses = [int(code.read_text()) for code in codes]
+            rc = next((s for s in statuses if s != 0), 0)
+            if (folder / "retired").exists():  # it ends after this job: the next starts another
+                self._stop(ranks, grace=60)
+        return subprocess.CompletedProcess(["mpirun", "-n", str(ranks), sys.executable, *args], rc, stdout, stderr)
+
+    def _stop(self, ranks: int, grace: float = 0) -> None:
+        import signal
+
+        proc, folder, _ = self._servers.pop(ranks)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def close(self) -> None:
+        """Stop every server (a stop job, then a kill after a grace)."""
+        for ranks in list(self._servers):
+            proc, folder, sent = self._servers[ranks]
+            if proc.poll() is None:
+                from p2pfl.runtime.files import write_atomic
+
+                write_atomic(folder / f"{sent + 1}.json", json.dumps({"stop": True}))
+            self._stop(ranks, grace=10)
+
+
+_POOL = MpiPool()
+
+
+#: Seconds each test module took in a measured run of the suite (`P2PFL_TEST_MODULE_SECONDS=tests/module_seconds.json
+#: bash scripts/test.sh` writes it): the modules go to the workers longest first.
+MODULE_SECONDS = Path(__file__).with_name("module_seconds.json")
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`--dist loadgroup`): a module's tests run on one worker one after the other, so a
-    module-scoped run is made once for all the tests that read it; the Slurm tests of every module share one
-    worker, so one session cluster serves them all (two would contend for its ports and state directory)."""
-    for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        group = "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+    """Under pytest-xdist (`--dist loadfile`) a module's tests run on one worker one after the other (a
+    module-scoped run is made once for all the tests that read it), and the modules are handed out in the order of
+    their items: the longest (MODULE_SECONDS) first, so that no long module starts last and keeps one worker busy
+    while the others have nothing left (a module not measured yet goes last)."""
+    seconds = json.loads(MODULE_SECONDS.read_text()) if MODULE_SECONDS.is_file() else {}
+    items.sort(key=lambda item: -seconds.get(_module(item.nodeid), 0.0))  # stable: a module keeps its order
+
+
+_SPENT: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Seconds a module, for MODULE_SECONDS."""
+    if os.environ.get("P2PFL_TEST_MODULE_SECONDS"):
+        _SPENT[_module(report.nodeid)] = _SPENT.get(_module(report.nodeid), 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    path = os.environ.get("P2PFL_TEST_MODULE_SECONDS")
+    if path and _SPENT and not hasattr(session.config, "workerinput"):  # the xdist controller, or one process
+        Path(path).write_text(json.dumps({m: round(s, 1) for m, s in sorted(_SPENT.items())}, indent=1) + "\n")
 
 
 def in_process(argv: list[str], timeout: float = 240, cwd: Path = ROOT, env: dict | None = None
@@ -95,6 +218,18 @@ def in_process(argv: list[str], timeout: float = 240, cwd: Path = ROOT, env: dic
             faulthandler.cancel_dump_traceback_later()
         return subprocess.CompletedProcess(["-m", "p2pfl.run", *argv], rc, out.read_text(errors="replace"),
                                            err.read_text(errors="replace"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _imports_frozen() -> Iterator[None]:
+    """What is alive once the tests are collected (pytest, torch, every test module and what it imported) is kept
+    out of the garbage collector's passes (gc.freeze): otherwise each full collection, two an in-process run (the
+    pooled point's clean-up, Python's own), walks those 600,000 objects again (0.3-0.7 s a pass)."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
+    _POOL.close()
 
 
 @pytest.fixture(scope="module", autouse=True)
