@@ -1,5 +1,5 @@
 """Plug-ins (--plugin PATH.py | package.module | entry-points): every example under examples/plugins run with its
-one line of flags on 1 and 2 ranks and as a two-point study, and the mechanism itself: errors are one line and
+one line of flags on 1 and 2 ranks and as a point of one study, and the mechanism itself: errors are one line and
 exit 2 on every rank, the manifest records each plug-in's digest, a plug-in's options are flags and YAML keys,
 resume loads the run's own, simulate(plugins=...) and the entry-point group.
 
@@ -97,23 +97,30 @@ def test_example_on_two_ranks(runs_dir: Path, example: Path) -> None:
     assert json.loads((runs_dir / "two" / "manifest.json").read_text())["world_size"] == 2
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=[e.stem for e in EXAMPLES])
-def test_example_in_a_two_point_study(tmp_path: Path, example: Path) -> None:
-    """The base names the plug-in relative to the study file's folder; both points (fresh interpreters) load it."""
+def test_every_example_in_one_study(tmp_path: Path) -> None:
+    """The study's base names every example relative to the study file's folder (so their options may be set in
+    it); one listed point an example, with its line of flags: each point (a fresh interpreter: a worker that loaded
+    plug-ins retires) loads them all and runs its example's component, as many points at once as --jobs 2."""
     where = tmp_path / "study"
     where.mkdir()
-    base = {**_as_options(_flags(example)), "plugins": [os.path.relpath(example, where)]}
-    base.pop("seed", None)
-    (where / "s.yaml").write_text(yaml.safe_dump({"name": "s", "base": base, "seeds": [0, 1]}))
+    relative = [os.path.relpath(example, where) for example in EXAMPLES]
+    points = [{"example": {"label": example.stem, **_as_options(_flags(example))}} for example in EXAMPLES]
+    (where / "s.yaml").write_text(yaml.safe_dump({"name": "s", "base": {"plugins": relative}, "points": points}))
     proc = run_job(["-m", "p2pfl.study", str(where / "s.yaml"), "--out", str(tmp_path / "out"), "--jobs", "2"],
                    ranks=0, timeout=400)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     runs = sorted((tmp_path / "out" / "s" / "runs").iterdir())
-    assert [r.name for r in runs] == ["seed-0", "seed-1"]
-    for run in runs:
-        _recorded(run, example)
-    seeds = [yaml.safe_load((r / "config.yaml").read_text())["seed"] for r in runs]
-    assert seeds == [0, 1]
+    assert [r.name for r in runs] == [f"example-{e.stem}" for e in EXAMPLES]
+    resolved = [str(example.resolve()) for example in EXAMPLES]
+    for run, example in zip(runs, EXAMPLES):
+        assert (run / "summary.json").is_file(), run
+        manifest = json.loads((run / "manifest.json").read_text())
+        assert manifest["plugins"] == [{"spec": path, "kind": "path", "path": path, "sha256": _sha256(Path(path))}
+                                       for path in resolved]
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        assert config["plugins"] == resolved
+        for key, value in _as_options(_flags(example)).items():  # the point ran its own example's flags
+            assert str(config[key.replace("-", "_")]).lower() == str(value).lower(), (example.stem, key)
 
 
 # ------------------------------------------------------------------ the method example does what it says

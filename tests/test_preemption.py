@@ -22,7 +22,7 @@ from p2pfl.run import main
 from p2pfl.runtime.preemption import HOLD_ENV, PREEMPTED_EXIT
 from p2pfl.study import StudyFolder
 
-from conftest import ROOT, mpirun_path
+from conftest import ROOT, mpirun_path, run_job
 from golden_cases import normalise
 
 JOB = ["-m", "p2pfl.run", "--algorithm", "fedavg", "--peers", "8", "--rounds", "6", "--topology", "cycle",
@@ -63,10 +63,9 @@ def test_sigterm_to_mpirun_stops_after_the_round_and_the_resumed_run_is_exact(tm
     lines = (tmp_path / "stopped" / "metrics.jsonl").read_text().splitlines()[1:]
     round_s = max(json.loads(line)["round_s"] for line in lines)
     assert took < round_s + 10, (took, round_s)  # the rest of the round under way, then out within seconds
-    resumed = subprocess.run([launcher, "-n", "2", sys.executable, *JOB, "--resume", str(tmp_path / "stopped")],
-                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    resumed = run_job([*JOB, "--resume", str(tmp_path / "stopped")], ranks=2, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    whole = subprocess.run([*cmd, "--name", "whole"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    whole = run_job([*JOB, "--out", str(tmp_path), "--name", "whole"], ranks=0, timeout=300)  # peers are not ranks
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert normalise(tmp_path / "stopped" / "metrics.jsonl") == normalise(tmp_path / "whole" / "metrics.jsonl")
 
