@@ -24,9 +24,11 @@ TIMEOUT_S = 10
 GRACE_S = 30
 STALLED = 2
 #: A live rank's line: the waiting rank, the round, the call (a collective and its caller, or a neighbour
-#: receive, or its sends to a stopped rank that received before it stopped) and the ranks that did not arrive.
+#: receive, or its sends to a stopped rank that received before it stopped; "when rank R timed out" where another
+#: rank's alarm ended its wait) and the ranks that did not arrive.
 LINE = re.compile(r"^p2pfl: timeout: (?:peer \d+ \()?rank (\d+)\)? waited [\d.]+ s in round (\d+) "
-                  r"(in \S+(?: \(\w+\))? from \S.*|for neighbour \d+ \(rank \d+\).*|for its sends to complete)"
+                  r"(in \S+(?: \(\w+\))? from \S.*|for neighbour \d+ \(rank \d+\).*"
+                  r"|for its sends to complete(?: when rank \d+ timed out)?)"
                   r"; ranks that did not arrive: (.*)$",
                   re.MULTILINE)
 
