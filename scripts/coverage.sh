@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export P2PFL_DATA=${P2PFL_DATA:-$PWD/data-cache} OMP_NUM_THREADS=1 COVERAGE_FILE=$PWD/.coverage
 rm -f .coverage .coverage.*
-.venv/bin/python -m pytest -q -n "${P2PFL_TEST_WORKERS:-auto}" --dist loadfile -p no:cacheprovider \
+.venv/bin/python -m pytest -q -n "${P2PFL_TEST_WORKERS:-auto}" --dist loadfile --no-loadscope-reorder -p no:cacheprovider \
   --cov --cov-report= "$@" || status=$?
 .venv/bin/python -m coverage combine -q 2>/dev/null || true
 .venv/bin/python -m coverage json -q -o coverage.json

@@ -19,13 +19,14 @@ bash scripts/setup.sh
 export P2PFL_DATA=${P2PFL_DATA:-$PWD/data-cache} OMP_NUM_THREADS=1
 .venv/bin/ruff check .
 # One worker a core (pytest-xdist; P2PFL_TEST_WORKERS=1 for one process), a module's tests on one worker.
-workers=(-n "${P2PFL_TEST_WORKERS:-auto}" --dist loadfile)
+workers=(-n "${P2PFL_TEST_WORKERS:-auto}" --dist loadfile --no-loadscope-reorder)  # conftest orders the modules
 .venv/bin/python -m pytest -q "${workers[@]}" --durations=30 "$@"
 # The tests marked `numerics` (two computation paths compared to a tolerance) again under other CPU kernels: an
 # AVX2-only machine's and the generic ones (torch's dispatch, MKL's and oneDNN's), so a bound that holds on this
 # CPU's kernels alone fails here rather than on a user's machine. OPENBLAS_CORETYPE is left as the machine sets it.
 # Run with no arguments (the whole suite, as CI), or with P2PFL_NUMERICS=1 for the numerics tests among "$@".
 [ $# = 0 ] || [ "${P2PFL_NUMERICS:-0}" = 1 ] || exit 0
+unset P2PFL_TEST_MODULE_SECONDS  # the module times are the whole suite's, above
 # With no arguments, only the modules that mark tests `numerics` are collected (not the whole suite, twice).
 [ $# -gt 0 ] || set -- $(grep -l -E "mark\.numerics" tests/test_*.py)
 for kernels in "avx2 AVX2 AVX2" "default SSE4_2 SSE41"; do

@@ -119,19 +119,18 @@ class MpiPool:
 
         stdout = "".join(read(f"{n}.{rank}.out") for rank in range(ranks))
         stderr = "".join(read(f"{n}.{rank}.err") for rank in range(ranks))
-        if proc.poll() is not None:
+        if all(code.exists() for code in codes):  # every rank finished the job (the server may end after it)
+            statuses = [int(code.read_text()) for code in codes]
+            rc = next((s for s in statuses if s != 0), 0)
+            if (folder / "retired").exists() or proc.poll() is not None:
+                self._stop(ranks, grace=60)
+        else:  # aborted: mpirun ended every rank
             proc.wait()
             with (folder / "mpirun.log").open(errors="replace") as log:
                 log.seek(log_start)
                 stderr += log.read()
             rc = proc.returncode or 1
-            shutil.rmtree(folder, ignore_errors=True)
-            del self._servers[ranks]
-        else:
-            statuses = [int(code.read_text()) for code in codes]
-            rc = next((s for s in statuses if s != 0), 0)
-            if (folder / "retired").exists():  # it ends after this job: the next starts another
-                self._stop(ranks, grace=60)
+            self._stop(ranks)
         return subprocess.CompletedProcess(["mpirun", "-n", str(ranks), sys.executable, *args], rc, stdout, stderr)
 
     def _stop(self, ranks: int, grace: float = 0) -> None:

@@ -159,8 +159,9 @@ def test_a_name_that_is_not_one_folder_is_refused(tmp_path: Path, capsys, name: 
 
 
 def test_records_reach_the_disk_before_the_checkpoint_that_names_their_round(tmp_path: Path, monkeypatch) -> None:
-    """metrics.jsonl is synced when a checkpoint is about to name its round and at the end, not once a record:
-    every state.json written finds each record of the rounds it covers already synced."""
+    """metrics.jsonl is synced when a checkpoint is about to name its round, before the summary and at the end,
+    not once a record: every state.json written finds each record of the rounds it covers already synced, and
+    summary.json every record."""
     import p2pfl.runner as runner
 
     synced: list[int] = []  # the metrics.jsonl lines on the disk after each fsync of it
@@ -177,21 +178,33 @@ def test_records_reach_the_disk_before_the_checkpoint_that_names_their_round(tmp
         named.append((round, synced[-1] if synced else 0))
         real_save_state(run_dir, round, *args, **kwargs)
 
+    import p2pfl.runtime.runfolder as runfolder
+
+    summarised: list[int] = []  # lines synced as summary.json is written
+    real_write_json = runfolder.write_json
+
+    def write_json(path: Path, obj: object) -> None:
+        if Path(path).name == "summary.json":
+            summarised.append(synced[-1] if synced else 0)
+        real_write_json(path, obj)
+
     monkeypatch.setattr(files.os, "fsync", fsync)
     monkeypatch.setattr(runner, "save_state", save_state)
+    monkeypatch.setattr(runfolder, "write_json", write_json)
     assert main([*CONSENSUS, "--rounds", "4", "--checkpoint-every", "2", "--out", str(tmp_path), "--name", "r"]) == 0
     lines = metrics.read_text().splitlines()
     assert [r for r, _ in named] == [2, 4]
     for round, on_disk in named:  # the round-0 record and one a round up to the named round (no evaluations)
         assert on_disk >= round + 1
+    assert summarised == [len(lines)]  # a folder with a summary reads as ended: every record is on the disk first
     assert synced[-1] == len(lines)  # everything, at the end
-    assert len(synced) <= 3  # two checkpoints and the close: not one a record
+    assert len(synced) <= 4  # two checkpoints, the summary and the close: not one a record
 
 
 @pytest.mark.parametrize("peers", [heap.FREEZE_FROM - 1, heap.FREEZE_FROM])
 def test_the_heap_is_frozen_for_the_rounds_from_enough_peers_only(peers: int) -> None:
     """The freeze (and the full collection before it) only where a process holds FREEZE_FROM peers or more; the
-    heap is unfrozen after the block either way."""
+    heap is unfrozen after the block either way; a process that froze objects of its own is left as it was."""
     import gc
 
     before = gc.get_freeze_count()  # conftest froze the session's imports
@@ -200,10 +213,11 @@ def test_the_heap_is_frozen_for_the_rounds_from_enough_peers_only(peers: int) ->
         with heap.frozen_heap(peers):
             assert (gc.get_freeze_count() > 0) == (peers >= heap.FREEZE_FROM)
         assert gc.get_freeze_count() == 0
-        gc.freeze()  # a process that froze its own objects before: still frozen after the block
+        gc.freeze()  # a process that froze its own objects before is left as it is: no more, none less
+        frozen = gc.get_freeze_count()
         with heap.frozen_heap(peers):
-            pass
-        assert gc.get_freeze_count() > 0
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen > 0
     finally:
         gc.unfreeze()
         if before:

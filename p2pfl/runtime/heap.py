@@ -17,17 +17,13 @@ def frozen_heap(peers: int) -> Iterator[None]:
     FREEZE_FROM `peers`. Set-up leaves objects a peer and a link (peers, rows of W, link maps) that the cyclic
     collector would otherwise walk again in every full collection the rounds trigger: a round's cost then grows
     with K times the collections. Frozen objects are still freed by reference counting; only cycles among them wait
-    for the unfreeze."""
-    if peers < FREEZE_FROM:
-        yield
+    for the unfreeze. A process that froze objects of its own is left as it is."""
+    if peers < FREEZE_FROM or gc.get_freeze_count() > 0:  # too few, or the process froze its own (a test
+        yield                                                 # session its imports): unfreeze would free those
         return
-    frozen_before = gc.get_freeze_count() > 0  # by the process's owner (a test session freezes its imports)
     gc.collect()
     gc.freeze()
     try:
         yield
     finally:
         gc.unfreeze()
-        if frozen_before:  # gc.unfreeze releases every frozen object: the survivors are frozen again
-            gc.collect()
-            gc.freeze()

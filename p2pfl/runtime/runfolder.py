@@ -133,7 +133,9 @@ class RunFolder:
             self.loggers.images(sorted((self.path / "plots").glob("*.png")))
 
     def write_summary(self, summary: Summary | FailedSummary) -> None:
-        """summary.json, replaced atomically."""
+        """summary.json, replaced atomically, once every record is on the disk (a folder with a summary reads as
+        ended: its records must not be lost after it)."""
+        self.sync()
         write_json(self.path / "summary.json", summary)
 
     def fail(self, reason: str) -> None:
@@ -148,10 +150,12 @@ class RunFolder:
 
     def close(self) -> None:
         """Close the records and trackers and release the folder's lock (again: nothing)."""
-        if self.metrics is not None:
-            self.metrics.close()
-        if self.loggers is not None:
-            self.loggers.close()
-            self.loggers = None
-        if self._lock is not None:
-            self._lock.release()
+        try:
+            if self.metrics is not None:
+                self.metrics.close()  # its sync may fail (a full or lost filesystem): the rest is closed still
+        finally:
+            if self.loggers is not None:
+                self.loggers.close()
+                self.loggers = None
+            if self._lock is not None:
+                self._lock.release()

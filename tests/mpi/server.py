@@ -46,6 +46,7 @@ def _run(argv: list[str]) -> int:
     if argv[:2] == ["-m", "p2pfl.run"]:
         return exit_status(argv[2:])
     sys.argv = list(argv)
+    saved_path = list(sys.path)
     sys.path.insert(0, str(Path(argv[0]).resolve().parent))  # as `python SCRIPT` puts the script's folder first
     try:
         runpy.run_path(argv[0], run_name="__main__")
@@ -63,7 +64,7 @@ def _run(argv: list[str]) -> int:
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(1)
     finally:
-        del sys.path[0]
+        sys.path[:] = saved_path  # what the script added too
     return 0
 
 
